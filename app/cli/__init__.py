@@ -1,0 +1,92 @@
+"""The `specula` command line, on the engine and hub layers only (no Qt).
+
+Flags follow llama.cpp's names so that a llama.cpp user recognises them at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Sequence
+
+from app import __version__
+from app.engine.errors import SpeculaError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line on stderr (and exit 2), not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None:
+    parser.add_argument("-m", "--model", required=True, help="main model: a GGUF file or a built-in name (smollm2-135m, gemma3-270m)")
+    parser.add_argument("-c", "--ctx-size", type=int, default=0, help="context size of the main model (0 = the model's own)")
+    parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers of the main model computed on the GPU (99 = all; default: all when there is a GPU)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: bf16 where the device does it well)")
+    if draft:
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument("-md", "--model-draft", help="draft model: a GGUF file with the main model's vocabulary")
+        group.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model")
+        parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")
+        parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="layers of the draft model on the GPU")
+        parser.add_argument("--draft-max", "--draft", type=int, default=16, help="most tokens drafted per step (default 16)")
+        parser.add_argument("--draft-min", type=int, default=0, help="draft nothing when fewer than this would be drafted (default 0)")
+        parser.add_argument("--draft-p-min", type=float, default=0.75, help="stop drafting when the draft's top probability is below this (default 0.75)")
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8) -> None:
+    parser.add_argument("-n", "--n-predict", type=int, default=256, help="most tokens to generate (default 256)")
+    parser.add_argument("--temp", type=float, default=temp, help=f"temperature; 0 = greedy (default {temp})")
+    parser.add_argument("--top-k", type=int, default=40, help="keep the k most likely tokens (0 = off, default 40)")
+    parser.add_argument("--top-p", type=float, default=0.95, help="keep the smallest set with this probability mass (1 = off, default 0.95)")
+    parser.add_argument("--min-p", type=float, default=0.05, help="drop tokens below this fraction of the top probability (0 = off, default 0.05)")
+    parser.add_argument("--seed", type=int, default=-1, help="random seed (-1 = random)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from app.cli import bench, info, run
+
+    parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"specula {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens to stderr")
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
+    run.register(sub)
+    info.register(sub)
+    bench.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["demo"]  # the main job until the window exists
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # transformers' own warnings and progress bars are noise on a user's terminal.
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SpeculaError as exc:
+        print(f"specula: error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 1)
+    except FileNotFoundError as exc:
+        detail = exc.args[0] if len(exc.args) == 1 else f"{exc.filename}: {exc.strerror}"
+        print(f"specula: error: {detail}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("specula: interrupted", file=sys.stderr)
+        return 130

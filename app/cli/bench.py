@@ -1,0 +1,153 @@
+"""`specula bench`: a fixed prompt set, each drafter, and transformers' generate() as the peer.
+
+Prints a table of tokens/s (generated tokens over wall time, prompt included, the same clock for
+every row), speedup over no draft, acceptance rate, and whether the output equals the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from app.cli import add_model_flags
+from app.cli.run import load_drafter, load_main
+from app.engine.chat import has_chat_template, render_prompt
+from app.engine.events import DoneEvent
+from app.engine.loader import LoadedModel
+from app.engine.pair import LOOKUP, NONE, make_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import DecodeSettings, generate
+
+PROMPTS = {
+    "code-rewrite": (
+        "Rewrite this function so the variable names are clearer. Keep everything else the same.\n\n"
+        "def total_above(values, limit):\n    result = 0\n    for v in values:\n"
+        "        if v > limit:\n            result = result + v\n    return result\n\n"
+        "def count_above(values, limit):\n    result = 0\n    for v in values:\n"
+        "        if v > limit:\n            result = result + 1\n    return result\n"
+    ),
+    "chat": "What are three good habits for staying healthy? Answer briefly.",
+    "summarise": (
+        "Summarise the text below in two sentences, quoting its key phrase.\n\n"
+        "The city council voted on Tuesday to extend the bicycle lane network by twelve kilometres. "
+        "The new lanes will connect the university campus with the central station. Council members "
+        "said the project, called 'Green Link', should be finished before the end of next year."
+    ),
+}
+
+
+@dataclass
+class BenchRow:
+    prompt: str
+    config: str
+    n_predicted: int
+    seconds: float
+    tokens_per_s: float
+    speedup: float
+    accept_rate: float | None
+    mean_accepted: float | None
+    identical: bool
+
+
+def register(sub) -> None:
+    bench = sub.add_parser("bench", help="speed of each drafter vs no draft and vs transformers' generate()")
+    add_model_flags(bench)
+    bench.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per reply (default 64)")
+    bench.add_argument("--prompts", default=",".join(PROMPTS), help=f"categories to run (default {','.join(PROMPTS)})")
+    bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate() rows")
+    bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    bench.set_defaults(func=cmd_bench)
+
+
+def _prompt_ids(main: LoadedModel, text: str) -> list[int]:
+    if has_chat_template(main.tokenizer):
+        return render_prompt(main.tokenizer, [{"role": "user", "content": text}])
+    return main.tokenizer.encode(text)
+
+
+def _ours(main: LoadedModel, drafter, ids: list[int], settings: DecodeSettings):
+    kv = main.kv_model()
+    started = time.monotonic()
+    summary = next(e.summary for e in generate(kv, main.tokenizer, ids, drafter, settings) if isinstance(e, DoneEvent))
+    return list(summary.tokens), time.monotonic() - started, summary
+
+
+@torch.inference_mode()
+def _transformers(main: LoadedModel, ids: list[int], n: int, draft_max: int, p_min: float, **kwargs):
+    input_ids = torch.tensor([ids], device=main.plan.input_device)
+    started = time.monotonic()
+    out = main.model.generate(
+        input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=n, do_sample=False,
+        num_assistant_tokens=draft_max, num_assistant_tokens_schedule="constant",
+        assistant_confidence_threshold=p_min, **kwargs,
+    )
+    elapsed = time.monotonic() - started
+    tokens = out[0, len(ids):].tolist()
+    eos = main.tokenizer.eos_token_id
+    if eos in tokens:
+        tokens = tokens[: tokens.index(eos)]
+    return tokens, elapsed
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    main = load_main(args)
+    settings = DecodeSettings(
+        max_new_tokens=args.n_predict, draft_max=args.draft_max, draft_min=args.draft_min,
+        draft_p_min=args.draft_p_min, sampling=SamplingParams(temperature=0.0),
+    )
+    drafters = {NONE: make_drafter(main, NONE), LOOKUP: make_drafter(main, LOOKUP)}
+    draft_model = None
+    if args.model_draft:
+        drafter = load_drafter(args, main)
+        drafters[drafter.name] = drafter
+        draft_model = drafter.draft.model
+    print(f"# {main.name} on {main.plan.describe()}, greedy, n={args.n_predict}, draft-max={args.draft_max}, "
+          f"torch threads={torch.get_num_threads()}")
+    _ours(main, drafters[NONE], _prompt_ids(main, "Hello"), DecodeSettings(max_new_tokens=8))  # warm-up
+    rows: list[BenchRow] = []
+    for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
+        if category not in PROMPTS:
+            raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
+        ids = _prompt_ids(main, PROMPTS[category])
+        baseline_tokens, baseline_s = None, None
+        for name, drafter in drafters.items():
+            tokens, seconds, summary = _ours(main, drafter, ids, settings)
+            if baseline_tokens is None:
+                baseline_tokens, baseline_s = tokens, seconds
+            rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s,
+                             summary.accept_rate if name != NONE else None,
+                             summary.mean_accepted_length if name != NONE else None))
+        if not args.no_hf:
+            peers = {"hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
+            if draft_model is not None:
+                peers["hf assisted"] = {"assistant_model": draft_model}
+            for name, kwargs in peers.items():
+                tokens, seconds = _transformers(main, ids, args.n_predict, args.draft_max, args.draft_p_min, **kwargs)
+                rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump([asdict(r) for r in rows], handle, indent=2)
+    return 0
+
+
+def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc) -> BenchRow:
+    tps = len(tokens) / seconds if seconds > 0 else 0.0
+    base_tps = len(baseline_tokens) / baseline_s if baseline_s else 0.0
+    return BenchRow(prompt, config, len(tokens), seconds, tps, tps / base_tps if base_tps else 0.0,
+                    accept, mean_acc, tokens == baseline_tokens)
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    header = f"{'prompt':<14} {'config':<22} {'tokens':>6} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'acc/step':>8}  identical"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        accept = f"{100 * r.accept_rate:6.1f}%" if r.accept_rate is not None else f"{'-':>7}"
+        mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
+        lines.append(f"{r.prompt:<14} {r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} "
+                     f"{r.speedup:>7.2f}x {accept} {mean}  {'yes' if r.identical else 'NO'}")
+    return "\n".join(lines)

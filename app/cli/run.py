@@ -1,0 +1,158 @@
+"""`specula run` (llama-speculative's job) and `specula demo` (the same on a built-in model)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from app.cli import add_model_flags, add_sampling_flags
+from app.engine.chat import render_prompt
+from app.engine.events import DoneEvent, Origin, RunSummary, StepEvent
+from app.engine.loader import LoadedModel, load_model
+from app.engine.pair import LOOKUP, NONE, load_draft, make_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import DecodeSettings, generate
+from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
+
+DRAFT_COLOUR = "\033[32m"  # accepted draft tokens in green, as llama-speculative shows them
+RESET = "\033[0m"
+DEMO_PROMPT = (
+    "Rewrite this Python function with clearer variable names, keeping the logic:\n\n"
+    "def f(a, b):\n    c = 0\n    for d in a:\n        if d > b:\n            c = c + d\n    return c\n"
+)
+
+
+def register(sub) -> None:
+    run = sub.add_parser("run", help="generate from a prompt with speculative decoding")
+    add_model_flags(run)
+    add_sampling_flags(run)
+    prompt = run.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("-p", "--prompt", help="the prompt")
+    prompt.add_argument("-f", "--file", help="read the prompt from a file")
+    add_output_flags(run)
+    run.set_defaults(func=cmd_run)
+
+    demo = sub.add_parser("demo", help="a speculative chat reply on a built-in demo model (prompt lookup)")
+    demo.add_argument("-m", "--model", default=DEFAULT_DEMO, help=f"built-in model or GGUF file (default {DEFAULT_DEMO})")
+    demo.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="the user message")
+    demo.add_argument("-n", "--n-predict", type=int, default=160, help="most tokens to generate")
+    demo.set_defaults(func=cmd_demo)
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    parser.add_argument("-sys", "--system-prompt", default=None, help="system prompt (with --chat)")
+    parser.add_argument("--color", action="store_true", help="show accepted draft tokens in colour")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object of the results")
+
+
+def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
+    for name in ("n_predict", "draft_max"):
+        if getattr(args, name, 1) < 1:
+            raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
+    sampling = SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        seed=None if args.seed < 0 else args.seed,
+    )
+    return DecodeSettings(
+        max_new_tokens=args.n_predict,
+        draft_max=args.draft_max,
+        draft_min=args.draft_min,
+        draft_p_min=args.draft_p_min,
+        sampling=sampling,
+    )
+
+
+def load_main(args: argparse.Namespace) -> LoadedModel:
+    return load_model(
+        resolve_model_arg(args.model), device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers
+    )
+
+
+def load_drafter(args: argparse.Namespace, main: LoadedModel):
+    if getattr(args, "model_draft", None):
+        draft = load_draft(
+            main, resolve_model_arg(args.model_draft), device=args.device, dtype=args.dtype,
+            n_gpu_layers=args.n_gpu_layers_draft,
+        )
+        return make_drafter(main, draft=draft, draft_ctx=args.ctx_size_draft or args.ctx_size or None)
+    return make_drafter(main, LOOKUP if getattr(args, "lookup", False) else NONE)
+
+
+def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[int]:
+    if args.chat:
+        messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+        return render_prompt(main.tokenizer, messages + [{"role": "user", "content": text}])
+    return main.tokenizer.encode(text)
+
+
+def stream(events, color: bool, out=sys.stdout) -> RunSummary:
+    summary = None
+    for event in events:
+        if isinstance(event, StepEvent):
+            out.write(colour_text(event) if color else event.text)
+            out.flush()
+        elif isinstance(event, DoneEvent):
+            summary = event.summary
+    out.write("\n")
+    return summary
+
+
+def colour_text(event: StepEvent) -> str:
+    n_draft_chars = min(event.draft_chars, len(event.text))
+    if not n_draft_chars:
+        return event.text
+    return f"{DRAFT_COLOUR}{event.text[:n_draft_chars]}{RESET}{event.text[n_draft_chars:]}"
+
+
+def print_summary(summary: RunSummary, draft_max: int, out=sys.stderr) -> None:
+    out.write(
+        f"\nencoded {summary.n_prompt_evaluated:4d} tokens in {summary.prompt_s:8.3f} seconds, "
+        f"speed: {summary.encode_tps:8.3f} t/s\n"
+        f"decoded {summary.n_predicted:4d} tokens in {summary.decode_s:8.3f} seconds, "
+        f"speed: {summary.decode_tps:8.3f} t/s\n\n"
+        f"drafter   = {summary.drafter}\n"
+        f"n_draft   = {draft_max}\n"
+        f"n_predict = {summary.n_predicted}\n"
+        f"n_drafted = {summary.n_drafted}\n"
+        f"n_accept  = {summary.n_accepted}\n"
+        f"accept    = {100 * summary.accept_rate:.3f}%\n"
+        f"mean accepted per step = {summary.mean_accepted_length:.2f}\n"
+        f"ttft      = {summary.ttft_s * 1000:.1f} ms, stop: {summary.stop_reason.value}\n"
+    )
+
+
+def json_result(summary: RunSummary) -> str:
+    data = summary.to_dict()
+    data["n_predicted"] = summary.n_predicted
+    return json.dumps(data, ensure_ascii=False)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
+    main = load_main(args)
+    drafter = load_drafter(args, main)
+    ids = prompt_ids(args, main, text)
+    kv = main.kv_model(args.ctx_size or None)
+    summary = stream(generate(kv, main.tokenizer, ids, drafter, settings), args.color)
+    print_summary(summary, settings.draft_max)
+    if args.json:
+        print(json_result(summary))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    main = load_model(resolve_model_arg(args.model))
+    print(f"# {main.name} on {main.plan.describe()}, prompt lookup drafting, greedy", file=sys.stderr)
+    print(f"> {args.prompt}\n", file=sys.stderr)
+    settings = DecodeSettings(max_new_tokens=args.n_predict, sampling=SamplingParams(temperature=0.0))
+    ids = render_prompt(main.tokenizer, [{"role": "user", "content": args.prompt}])
+    summary = stream(generate(main.kv_model(), main.tokenizer, ids, make_drafter(main, LOOKUP), settings), color=True)
+    print_summary(summary, settings.draft_max)
+    return 0

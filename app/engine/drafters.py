@@ -1,0 +1,126 @@
+"""Drafting strategies behind one small interface, as transformers' CandidateGenerator.
+
+A drafter proposes up to `max_tokens` continuation tokens for a context; the loop verifies them
+with the main model and tells the drafter how many it accepted. New strategies are new classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from app.engine.kvmodel import KVModel
+from app.engine.sampling import SamplingParams, logits_to_probs, make_generator, sample
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: tuple[int, ...] = ()
+    # Draft distributions q [k, V] for speculative sampling; None for a deterministic drafter.
+    probs: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class Drafter:
+    """The interface. `name` is what reports and charts call it."""
+
+    name = "none"
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        raise NotImplementedError
+
+    def accept(self, n_accepted: int) -> None:
+        """Called after each verify step with how many of the proposed tokens were kept."""
+
+    def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
+        """Called once per generation with the settings in force."""
+
+
+class NoDrafter(Drafter):
+    """Plain decoding: the baseline every speedup is measured against."""
+
+    name = "none"
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        return Draft()
+
+
+class PromptLookupDrafter(Drafter):
+    """Model-free drafting (prompt lookup / n-gram): find the latest earlier occurrence of the
+    context's last n tokens and propose what followed it. Pays off when the reply copies from the
+    prompt (code edits, rewrites, summaries with quotes)."""
+
+    name = "lookup"
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        if max_tokens <= 0:
+            return Draft()
+        ids = list(context)
+        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
+            pattern = ids[-n:]
+            # Latest match first: recent text predicts the continuation best.
+            for start in range(len(ids) - n - 1, -1, -1):
+                if ids[start : start + n] == pattern:
+                    follow = ids[start + n : start + n + max_tokens]
+                    if follow:
+                        return Draft(tuple(follow))
+        return Draft()
+
+
+class ModelDrafter(Drafter):
+    """A small model of the same vocabulary drafts autoregressively with its own KV cache."""
+
+    def __init__(self, draft: KVModel, main_vocab_size: int, name: str = "draft") -> None:
+        self.draft = draft
+        self.main_vocab_size = main_vocab_size
+        self.name = name
+        self.sampling = SamplingParams()
+        self.p_min = 0.0
+        self.generator = make_generator(0)
+
+    def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
+        self.sampling = sampling
+        self.p_min = draft_p_min
+        # The draft's own random stream, distinct from the main model's but reproducible.
+        self.generator = make_generator(None if sampling.seed is None else sampling.seed + 1)
+
+    def _distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits -> q over the main model's vocabulary (sizes may differ by <= 128)."""
+        v = self.main_vocab_size
+        if logits.shape[-1] > v:
+            logits = logits[..., :v]
+        elif logits.shape[-1] < v:
+            pad = torch.full((*logits.shape[:-1], v - logits.shape[-1]), float("-inf"))
+            logits = torch.cat([logits, pad], dim=-1)
+        if self.sampling.greedy:
+            return torch.softmax(logits.float(), dim=-1)  # confidence for draft_p_min only
+        return logits_to_probs(logits.unsqueeze(0), self.sampling)[0]
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        if max_tokens <= 0:
+            return Draft()
+        logits = self.draft.sync(context)
+        tokens: list[int] = []
+        dists: list[torch.Tensor] = []
+        while True:
+            q = self._distribution(logits)
+            # Decide on the draft's confidence before sampling: a stop that depended on the
+            # sampled token would skew the proposal away from q and break exact sampling.
+            if float(q.max()) < self.p_min:
+                break  # the draft is unsure: stop rather than waste verify work
+            token = int(q.argmax()) if self.sampling.greedy else sample(q, self.generator)
+            tokens.append(token)
+            dists.append(q)
+            if len(tokens) >= max_tokens:
+                break
+            logits = self.draft.feed([token], 1)[0]
+        probs = None if self.sampling.greedy or not dists else torch.stack(dists)
+        return Draft(tuple(tokens), probs)

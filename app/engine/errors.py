@@ -1,0 +1,35 @@
+"""Errors a user may see. Each carries a one-line message that names the file and the cause."""
+
+from __future__ import annotations
+
+
+class SpeculaError(Exception):
+    """Base of every error shown to a user as one line (never a traceback)."""
+
+
+class ModelFileError(SpeculaError):
+    """The file is missing, not a GGUF file, truncated or otherwise unreadable."""
+
+
+class UnsupportedModelError(SpeculaError):
+    """The GGUF file is valid but its architecture cannot be run."""
+
+
+class InsufficientMemoryError(SpeculaError):
+    """The model would not fit in the memory available for it."""
+
+
+class DeviceError(SpeculaError):
+    """The requested device (a GPU) is not available."""
+
+
+class IncompatibleDraftError(SpeculaError):
+    """The draft model cannot draft for the main model (vocabularies differ)."""
+
+
+class ContextFullError(SpeculaError):
+    """The prompt does not fit in the model's context window."""
+
+
+class LoadCancelled(SpeculaError):
+    """Loading was cancelled by the user."""

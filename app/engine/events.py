@@ -1,0 +1,107 @@
+"""Plain, immutable records that generation yields. They cross threads as data (no tensors)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any
+
+
+class Origin(str, Enum):
+    """Where a generated token came from."""
+
+    DRAFT = "draft"  # proposed by the drafter and accepted by the main model
+    MAIN = "main"  # chosen by the main model itself (first token, correction or bonus token)
+
+
+class StopReason(str, Enum):
+    EOS = "eos"
+    STOP_STRING = "stop"
+    MAX_TOKENS = "length"
+    CONTEXT_FULL = "context"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One verify step of the speculative loop (or the first token, sampled from the prompt)."""
+
+    tokens: tuple[int, ...]
+    origins: tuple[Origin, ...]
+    text: str  # the text delta these tokens complete (may be empty mid-character)
+    draft_chars: int  # how many leading characters of `text` came from accepted draft tokens
+    n_drafted: int
+    n_accepted: int
+    draft_s: float
+    verify_s: float
+    timestamp: float  # time.monotonic() when the step finished
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Counters users know from llama.cpp's llama-speculative, for one generation."""
+
+    text: str
+    tokens: tuple[int, ...]
+    stop_reason: StopReason
+    drafter: str
+    n_prompt: int  # prompt tokens
+    n_prompt_evaluated: int  # of which not served from the KV cache
+    prompt_s: float
+    n_predicted: int
+    decode_s: float
+    ttft_s: float
+    n_steps: int
+    n_drafted: int
+    n_accepted: int
+    accepted_by_position: tuple[int, ...]
+    drafted_by_position: tuple[int, ...]
+
+    @property
+    def encode_tps(self) -> float:
+        return self.n_prompt_evaluated / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        """Tokens per second after the first token (the first comes from the prompt pass)."""
+        n_decoded = self.n_predicted - 1
+        return n_decoded / self.decode_s if n_decoded > 0 and self.decode_s > 0 else 0.0
+
+    @property
+    def accept_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Mean number of draft tokens accepted per verify step."""
+        return self.n_accepted / self.n_steps if self.n_steps else 0.0
+
+    @property
+    def acceptance_by_position(self) -> tuple[float, ...]:
+        return tuple(
+            acc / dr if dr else 0.0
+            for acc, dr in zip(self.accepted_by_position, self.drafted_by_position)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stop_reason"] = self.stop_reason.value
+        data["tokens"] = list(self.tokens)
+        data.update(
+            encode_tps=self.encode_tps,
+            decode_tps=self.decode_tps,
+            accept_rate=self.accept_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            acceptance_by_position=list(self.acceptance_by_position),
+        )
+        return data
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    """The last event of every generation, also after cancellation."""
+
+    summary: RunSummary
+
+
+GenerationEvent = StepEvent | DoneEvent

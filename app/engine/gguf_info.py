@@ -1,0 +1,550 @@
+"""Read a GGUF file's header fast, without touching the weights.
+
+The library, the pair picker, the compatibility check and `specula inspect` all need a model's facts
+(architecture, sizes, quantization, vocabulary, chat template) long before anything is loaded.
+`gguf.GGUFReader` and transformers' metadata parser decode every token string one Python object at a
+time (seconds for a 262k vocabulary), so this module walks the GGUF v2/v3 layout itself over an mmap:
+string arrays are kept as one bytes blob plus offsets and decoded only when asked for.
+
+Layout (little-endian): magic b"GGUF", u32 version, u64 tensor count, u64 KV count, the KV pairs
+(key string, u32 value type, value), the tensor infos (name, u32 n_dims, u64 dims, u32 ggml type,
+u64 offset), padding to `general.alignment`, then the tensor data.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+
+from app.engine.errors import ModelFileError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+_SUPPORTED_VERSIONS = (2, 3)
+
+# GGUF value type id -> (struct format, numpy dtype) for the fixed-size scalar types.
+_SCALARS: dict[int, tuple[struct.Struct, str]] = {
+    0: (struct.Struct("<B"), "<u1"),
+    1: (struct.Struct("<b"), "<i1"),
+    2: (struct.Struct("<H"), "<u2"),
+    3: (struct.Struct("<h"), "<i2"),
+    4: (struct.Struct("<I"), "<u4"),
+    5: (struct.Struct("<i"), "<i4"),
+    6: (struct.Struct("<f"), "<f4"),
+    7: (struct.Struct("<?"), "?"),
+    10: (struct.Struct("<Q"), "<u8"),
+    11: (struct.Struct("<q"), "<i8"),
+    12: (struct.Struct("<d"), "<f8"),
+}
+_T_STRING, _T_ARRAY = 8, 9
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+_DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16",
+                  "half": "float16", "bf16": "bfloat16"}
+
+
+# Bounds are checked before every read; these are a last line of defence against a corrupt header
+# reaching the user as a traceback.
+_LOW_LEVEL = (struct.error, IndexError, OverflowError, ValueError, TypeError, MemoryError)
+
+
+class HeaderIncomplete(ModelFileError):
+    """The buffer ends before the GGUF header does; `needed` is a lower bound on the bytes required.
+
+    The hub layer parses the first bytes fetched by an HTTP range request and fetches more on this.
+    """
+
+    def __init__(self, message: str, needed: int | None) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+
+class _NeedMore(Exception):
+    """Internal: the parser ran past the end of the buffer; needed = bytes required (lower bound)."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
+class _Corrupt(Exception):
+    """Internal: the header is readable but its content is invalid (one-line cause)."""
+
+
+class StringArray(Sequence[str]):
+    """A GGUF string array as one bytes blob plus offsets; items are decoded on access.
+
+    Decoding 262k token strings eagerly costs more than parsing the rest of the header, and the
+    compatibility check can compare the raw bytes directly (`raw`, `blob`, `starts`, `ends`).
+    """
+
+    __slots__ = ("blob", "starts", "ends", "_decoded")
+
+    def __init__(self, blob: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.blob = blob
+        self.starts = starts  # int64 offsets into blob, one per item
+        self.ends = ends
+        self._decoded: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def raw(self, i: int) -> bytes:
+        return self.blob[self.starts[i]:self.ends[i]]
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._decoded is not None:
+            return self._decoded[i]
+        # errors="replace": a stray invalid byte must not make a whole model unreadable.
+        return self.raw(i).decode("utf-8", errors="replace")
+
+    def __iter__(self) -> Iterator[str]:
+        if self._decoded is None:
+            blob = self.blob
+            self._decoded = [blob[s:e].decode("utf-8", errors="replace")
+                             for s, e in zip(self.starts.tolist(), self.ends.tolist())]
+        return iter(self._decoded)
+
+    def __repr__(self) -> str:
+        return f"StringArray(len={len(self)})"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # numpy/torch order (outermost first); GGUF stores the dims reversed
+    ggml_type: str  # e.g. "Q4_K"
+    n_elements: int
+    n_bytes: int
+    offset: int  # relative to the start of the data section
+
+
+def _dtype_size(dtype: str) -> int:
+    name = _DTYPE_ALIASES.get(dtype, dtype)
+    if name not in _DTYPE_SIZES:
+        raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(_DTYPE_SIZES)})")
+    return _DTYPE_SIZES[name]
+
+
+# eq=False: metadata holds numpy arrays, so field-wise equality would be ambiguous and meaningless.
+@dataclass(frozen=True, eq=False)
+class GGUFInfo:
+    path: Path
+    file_size: int  # 0 when unknown (a header parsed from a partial buffer)
+    version: int
+    metadata: dict[str, Any]  # numeric arrays as numpy arrays, string arrays as StringArray
+    tensors: tuple[TensorInfo, ...]
+    architecture: str
+    name: str | None
+    size_label: str | None
+    n_params: int
+    file_type: str | None
+    tensor_types: dict[str, int]
+    context_length: int
+    n_layers: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    vocab_type: str | None
+    vocab_size: int
+    bos_token_id: int | None
+    eos_token_id: int | None
+    add_bos_token: bool | None
+    add_eos_token: bool | None
+    has_chat_template: bool
+    data_offset: int = 0  # absolute offset of the tensor data section
+    _kv_heads_total: int = field(default=0, repr=False)  # sum of KV heads over layers
+
+    def tokens(self) -> Sequence[str]:
+        """Token texts in id order (decoded lazily)."""
+        toks = self.metadata.get("tokenizer.ggml.tokens")
+        return toks if isinstance(toks, Sequence) and not isinstance(toks, str) else ()
+
+    def memory_bytes(self, dtype: str = "bfloat16") -> int:
+        """Weights once dequantized to `dtype`. A tied output shares token_embd, so it is counted
+        once simply because the file holds it once."""
+        return self.n_params * _dtype_size(dtype)
+
+    def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
+        """KV cache bytes per token of context: keys + values over every layer's KV heads."""
+        md, arch = self.metadata, self.architecture
+        k_len = _as_int(md.get(f"{arch}.attention.key_length")) or self.head_dim
+        v_len = _as_int(md.get(f"{arch}.attention.value_length")) or k_len
+        return self._kv_heads_total * (k_len + v_len) * _dtype_size(dtype)
+
+    def to_dict(self, dtype: str = "bfloat16") -> dict[str, Any]:
+        """JSON-ready summary (no token list) for `specula inspect --json`."""
+        return {
+            "path": str(self.path), "file_size": self.file_size, "version": self.version,
+            "architecture": self.architecture, "name": self.name, "size_label": self.size_label,
+            "n_params": self.n_params, "file_type": self.file_type,
+            "tensor_types": dict(self.tensor_types), "n_tensors": len(self.tensors),
+            "context_length": self.context_length, "n_layers": self.n_layers,
+            "n_embd": self.n_embd, "n_head": self.n_head, "n_head_kv": self.n_head_kv,
+            "head_dim": self.head_dim, "vocab_type": self.vocab_type, "vocab_size": self.vocab_size,
+            "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id,
+            "add_bos_token": self.add_bos_token, "add_eos_token": self.add_eos_token,
+            "has_chat_template": self.has_chat_template, "dtype": _DTYPE_ALIASES.get(dtype, dtype),
+            "memory_bytes": self.memory_bytes(dtype),
+            "kv_bytes_per_token": self.kv_bytes_per_token(dtype),
+            "metadata": {k: _jsonable(v) for k, v in self.metadata.items()},
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    # Big arrays (tokens, scores, merges) become a short description: the JSON is for people and scripts.
+    if isinstance(value, (StringArray, np.ndarray, list)):
+        if isinstance(value, np.ndarray) and value.size <= 64:
+            return value.tolist()
+        if isinstance(value, list) and len(value) <= 64:
+            return [_jsonable(v) for v in value]
+        kind = "str" if isinstance(value, StringArray) else str(getattr(value, "dtype", "array"))
+        return {"array": kind, "length": len(value)}
+    return value
+
+
+def _as_int(value: Any, default: int = 0) -> int:
+    """A metadata number; a per-layer array counts as its maximum."""
+    if value is None:
+        return default
+    if isinstance(value, (np.ndarray, list)):
+        return int(max(value)) if len(value) else default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+class _Parser:
+    """A cursor over the header bytes; every read checks the bounds and raises _NeedMore."""
+
+    def __init__(self, buf: Any, end: int) -> None:
+        self.buf, self.end, self.pos = buf, end, 0
+
+    def need(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.end:
+            raise _NeedMore(self.pos + max(n, 0))
+
+    def u32(self) -> int:
+        self.need(4)
+        v = _U32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return v
+
+    def u64(self) -> int:
+        self.need(8)
+        v = _U64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return v
+
+    def string(self) -> str:
+        n = self.u64()
+        self.need(n)
+        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def value(self, vtype: int, depth: int = 0) -> Any:
+        if vtype == _T_STRING:
+            return self.string()
+        if vtype == _T_ARRAY:
+            if depth > 8:  # nested arrays exist in the spec, but this deep means a corrupt file
+                raise _Corrupt("arrays nested too deeply")
+            return self.array(self.u32(), self.u64(), depth + 1)
+        if vtype not in _SCALARS:
+            raise _Corrupt(f"unknown metadata value type {vtype} at byte {self.pos - 4}")
+        st = _SCALARS[vtype][0]
+        self.need(st.size)
+        v = st.unpack_from(self.buf, self.pos)[0]
+        self.pos += st.size
+        return v
+
+    def array(self, etype: int, count: int, depth: int) -> Any:
+        if etype in _SCALARS:
+            dt = np.dtype(_SCALARS[etype][1])
+            self.need(count * dt.itemsize)
+            # .copy(): the result must not keep the mmap exported (it is closed after parsing).
+            arr = np.frombuffer(self.buf, dt, count, self.pos).copy()
+            self.pos += count * dt.itemsize
+            return arr
+        if etype == _T_STRING:
+            return self.string_array(count)
+        if etype == _T_ARRAY:
+            return [self.value(_T_ARRAY, depth) for _ in range(count)]
+        raise _Corrupt(f"unknown array element type {etype} at byte {self.pos}")
+
+    def string_array(self, count: int) -> StringArray:
+        # Each item takes at least its 8-byte length: reject absurd counts before looping.
+        self.need(count * 8)
+        buf, pos, unpack = self.buf, self.pos, _U64.unpack_from
+        base = pos
+        starts = [0] * count
+        try:
+            # The hot loop of the whole module (262k iterations for Gemma 3): keep it minimal.
+            for i in range(count):
+                n = unpack(buf, pos)[0]
+                pos += 8
+                starts[i] = pos
+                pos += n
+        except (struct.error, OverflowError):
+            raise _NeedMore(pos + 8) from None
+        if pos > self.end:
+            raise _NeedMore(pos)
+        self.pos = pos
+        st = np.array(starts, dtype=np.int64) - base
+        ends = np.empty_like(st)
+        if count:
+            ends[:-1] = st[1:] - 8
+            ends[-1] = pos - base
+        return StringArray(bytes(buf[base:pos]), st, ends)
+
+
+def _file_type_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        name = LlamaFileType(int(value)).name
+    except (ValueError, TypeError):
+        return f"unknown ({value})"
+    return "F32" if name == "ALL_F32" else name.removeprefix("MOSTLY_")
+
+
+def _parse(buf: Any, end: int, path: Path, file_size: int | None) -> GGUFInfo:
+    """Parse the header in buf[:end]; raises _NeedMore / _Corrupt."""
+    p = _Parser(buf, end)
+    p.need(4)
+    magic = bytes(buf[0:4])
+    if magic != GGUF_MAGIC:
+        raise _Corrupt(f"not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+    p.pos = 4
+    version = p.u32()
+    if version not in _SUPPORTED_VERSIONS:
+        if version & 0xFFFF == 0 and int.from_bytes(version.to_bytes(4, "little"), "big") <= 3:
+            raise _Corrupt("big-endian GGUF files are not supported")
+        raise _Corrupt(f"unsupported GGUF version {version} (supported: 2, 3)")
+    n_tensors, n_kv = p.u64(), p.u64()
+
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = p.string()
+        metadata[key] = p.value(p.u32())
+
+    alignment = _as_int(metadata.get("general.alignment"), DEFAULT_ALIGNMENT)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise _Corrupt(f"invalid general.alignment {alignment} (must be a power of two)")
+
+    tensors = []
+    for _ in range(n_tensors):
+        name = p.string()
+        n_dims = p.u32()
+        if n_dims > 8:
+            raise _Corrupt(f"tensor {name!r} has {n_dims} dimensions")
+        dims = [p.u64() for _ in range(n_dims)]
+        type_id, offset = p.u32(), p.u64()
+        try:
+            qtype = GGMLQuantizationType(type_id)
+            block, type_size = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            raise _Corrupt(f"tensor {name!r} has unknown ggml type {type_id}") from None
+        n_el = int(np.prod(dims, dtype=object)) if dims else 1
+        if dims and dims[0] % block:
+            raise _Corrupt(f"tensor {name!r}: row of {dims[0]} is not a whole number of "
+                           f"{qtype.name} blocks of {block}")
+        tensors.append(TensorInfo(name, tuple(reversed(dims)), qtype.name, n_el,
+                                  n_el // block * type_size, offset))
+
+    data_offset = (p.pos + alignment - 1) // alignment * alignment
+    if file_size is not None and tensors:
+        needed = data_offset + max(t.offset + t.n_bytes for t in tensors)
+        if needed > file_size:
+            raise _Corrupt(f"truncated GGUF file (tensor data needs {needed} bytes, "
+                           f"file has {file_size})")
+    return _build(path, file_size or 0, version, metadata, tuple(tensors), data_offset)
+
+
+def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
+           tensors: tuple[TensorInfo, ...], data_offset: int) -> GGUFInfo:
+    arch = str(md.get("general.architecture", "unknown"))
+    n_layers = _as_int(md.get(f"{arch}.block_count"))
+    n_embd = _as_int(md.get(f"{arch}.embedding_length"))
+    n_head = _as_int(md.get(f"{arch}.attention.head_count"))
+    kv_raw = md.get(f"{arch}.attention.head_count_kv", md.get(f"{arch}.attention.head_count"))
+    n_head_kv = _as_int(kv_raw, n_head)
+    # Per-layer KV head counts (hybrid models give some layers none) make the KV estimate exact.
+    if isinstance(kv_raw, (np.ndarray, list)) and len(kv_raw):
+        kv_total = int(sum(int(x) for x in kv_raw))
+    else:
+        kv_total = n_layers * n_head_kv
+    head_dim = _as_int(md.get(f"{arch}.attention.key_length")) or (n_embd // n_head if n_head else 0)
+
+    toks = md.get("tokenizer.ggml.tokens")
+    by_name = {t.name: t for t in tensors}
+    if toks is not None:
+        vocab_size = len(toks)
+    elif f"{arch}.vocab_size" in md:
+        vocab_size = _as_int(md[f"{arch}.vocab_size"])
+    elif "token_embd.weight" in by_name:
+        vocab_size = by_name["token_embd.weight"].shape[0]
+    else:
+        vocab_size = 0
+
+    def opt_int(key: str) -> int | None:
+        v = md.get(key)
+        return None if v is None else _as_int(v)
+
+    def opt_bool(key: str) -> bool | None:
+        v = md.get(key)
+        return None if v is None else bool(v)
+
+    template = md.get("tokenizer.chat_template")
+    counts = Counter(t.ggml_type for t in tensors)
+    return GGUFInfo(
+        path=path, file_size=file_size, version=version, metadata=md, tensors=tensors,
+        architecture=arch, name=md.get("general.name"), size_label=md.get("general.size_label"),
+        n_params=sum(t.n_elements for t in tensors),
+        file_type=_file_type_name(md.get("general.file_type")),
+        tensor_types=dict(counts.most_common()),
+        context_length=_as_int(md.get(f"{arch}.context_length")),
+        n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+        vocab_type=md.get("tokenizer.ggml.model"), vocab_size=vocab_size,
+        bos_token_id=opt_int("tokenizer.ggml.bos_token_id"),
+        eos_token_id=opt_int("tokenizer.ggml.eos_token_id"),
+        add_bos_token=opt_bool("tokenizer.ggml.add_bos_token"),
+        add_eos_token=opt_bool("tokenizer.ggml.add_eos_token"),
+        has_chat_template=isinstance(template, str) and bool(template.strip()),
+        data_offset=data_offset, _kv_heads_total=kv_total,
+    )
+
+
+def _parse_or_raise(buf: Any, path: Path, file_size: int | None, name: str) -> GGUFInfo:
+    """Run the parser and turn its internal exceptions into the one-line errors users see."""
+    have = len(buf)
+    try:
+        return _parse(buf, have, path, file_size)
+    except _Corrupt as e:
+        raise ModelFileError(f"{name}: {e}") from None
+    except _NeedMore as e:
+        # Nothing more to fetch when the buffer is the whole file (or the file is too short anyway).
+        if file_size is not None and (have >= file_size or e.needed > file_size):
+            raise ModelFileError(f"{name}: truncated GGUF file (header needs at least "
+                                 f"{e.needed} bytes, file has {file_size})") from None
+        raise HeaderIncomplete(f"{name}: GGUF header continues past the first {have} bytes "
+                               f"(needs at least {e.needed})", e.needed) from None
+    except _LOW_LEVEL as e:
+        raise ModelFileError(f"{name}: corrupt GGUF header ({type(e).__name__}: {e})") from None
+
+
+def parse_gguf_header(buf: bytes | bytearray | memoryview, source: str,
+                      file_size: int | None = None) -> GGUFInfo:
+    """Parse a GGUF header from the first bytes of a file (e.g. an HTTP range request).
+
+    Raises HeaderIncomplete (with `needed`) when the buffer ends before the header and the file is
+    longer than the buffer (or its size is unknown); ModelFileError when the file itself is bad.
+    The tensor-data-past-EOF check runs only when `file_size` is given.
+    """
+    return _parse_or_raise(buf, Path(source), file_size, Path(source).name or source)
+
+
+def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
+    """Read a GGUF file's header (over an mmap) and check that its tensor data is all there."""
+    path = Path(path)
+    name = path.name or str(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:  # mmap refuses empty files
+                raise ModelFileError(f"{name}: empty file, not a GGUF model")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                info = _parse_or_raise(mm, path, size, name)
+    except FileNotFoundError:
+        raise ModelFileError(f"{name}: file not found ({path})") from None
+    except IsADirectoryError:
+        raise ModelFileError(f"{name}: is a directory, not a GGUF file") from None
+    except (OSError, ValueError, BufferError) as e:  # permissions, mmap failures
+        raise ModelFileError(f"{name}: cannot read file ({e})") from None
+    log.debug("read GGUF header of %s: %s, %d tensors", path, info.architecture, len(info.tensors))
+    return info
+
+
+def _fmt_bytes(n: float) -> str:
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if n < 1024 or unit == "GiB":
+            return f"{n:.2f} {unit}" if unit == "GiB" else f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _fmt_count(n: int) -> str:
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.2f}{unit}" if unit == "B" else f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def format_info(info: GGUFInfo, dtype: str = "bfloat16") -> str:
+    """Human-readable multi-line summary for `specula inspect`."""
+    def yn(v: bool | None) -> str:
+        return "unset" if v is None else "yes" if v else "no"
+
+    dt = _DTYPE_ALIASES.get(dtype, dtype)
+    kv = info.kv_bytes_per_token(dtype)
+    types = ", ".join(f"{t}×{n}" for t, n in info.tensor_types.items())
+    rows = [
+        ("file", f"{info.path.name} ({_fmt_bytes(info.file_size)}, GGUF v{info.version})"),
+        ("architecture", info.architecture),
+        ("name", info.name or "-"),
+        ("size label", info.size_label or "-"),
+        ("parameters", f"{_fmt_count(info.n_params)} ({info.n_params:,})"),
+        ("file type", info.file_type or "-"),
+        ("tensors", f"{len(info.tensors)} ({types})" if types else "0"),
+        ("context length", f"{info.context_length:,}"),
+        ("layers", str(info.n_layers)),
+        ("embedding", str(info.n_embd)),
+        ("heads", f"{info.n_head} (KV {info.n_head_kv}, head dim {info.head_dim})"),
+        ("vocabulary", f"{info.vocab_size:,} tokens ({info.vocab_type or 'unknown type'})"),
+        ("BOS / EOS", f"{info.bos_token_id} / {info.eos_token_id} "
+                      f"(add BOS: {yn(info.add_bos_token)}, add EOS: {yn(info.add_eos_token)})"),
+        ("chat template", "yes" if info.has_chat_template else "no"),
+        (f"weights ({dt})", _fmt_bytes(info.memory_bytes(dtype))),
+        (f"KV cache ({dt})", f"{_fmt_bytes(kv)} per token, "
+                             f"{_fmt_bytes(kv * info.context_length)} at full context"),
+    ]
+    width = max(len(k) for k, _ in rows) + 1
+    return "\n".join(f"{k + ':':<{width}} {v}" for k, v in rows)
+
+
+def read_tensor(info: GGUFInfo, name: str) -> np.ndarray:
+    """The values of one small unquantized tensor (F32/F16), e.g. `rope_freqs.weight`."""
+    tensor = next((t for t in info.tensors if t.name == name), None)
+    if tensor is None:
+        raise KeyError(f"{info.path.name}: no tensor {name!r}")
+    dtypes = {"F32": "<f4", "F16": "<f2"}
+    if tensor.ggml_type not in dtypes:
+        raise ValueError(f"{info.path.name}: tensor {name} is {tensor.ggml_type}, not F32/F16")
+    with open(info.path, "rb") as handle:
+        handle.seek(info.data_offset + tensor.offset)
+        raw = handle.read(tensor.n_bytes)
+    return np.frombuffer(raw, dtype=dtypes[tensor.ggml_type]).astype(np.float32).reshape(tensor.shape)

@@ -1,0 +1,171 @@
+"""GGUF file -> (transformers model, tokenizer) on a device plan, with progress and cancel.
+
+Everything that can be checked on the header is checked before any weight is read: the file is a
+whole GGUF, its architecture runs, and it fits in memory. Errors are one line naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+from app.engine.device import DevicePlan, apply_plan, memory_limit_bytes, resolve_plan
+from app.engine.errors import InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
+from app.engine.gguf_info import GGUFInfo, read_gguf_info, read_tensor
+from app.engine.kvmodel import KVModel
+from app.engine.rope import apply_rope_scaling
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
+CancelCheck = Callable[[], bool]
+
+# transformers reads GGUF tensors through one module-level loop; loads are serialized so that our
+# progress hook on that loop belongs to exactly one load.
+_LOAD_LOCK = threading.Lock()
+GiB = 1 << 30
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    info: GGUFInfo
+    model: torch.nn.Module
+    tokenizer: transformers.PreTrainedTokenizerBase
+    plan: DevicePlan
+    load_s: float
+    rope_fix: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name or self.path.stem
+
+    def kv_model(self, n_ctx: int | None = None) -> KVModel:
+        """A fresh KV cache over this model; n_ctx defaults to the model's context length."""
+        return KVModel(self.model, n_ctx or self.info.context_length or None)
+
+
+def supported_architectures() -> list[str]:
+    return sorted(set(gguf_utils.GGUF_SUPPORTED_ARCHITECTURES) | {"gemma3", "qwen2_moe", "qwen3_moe"})
+
+
+def check_supported(info: GGUFInfo) -> None:
+    arch = info.architecture
+    aliases = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2"}
+    if aliases.get(arch, arch) not in supported_architectures():
+        raise UnsupportedModelError(
+            f"{info.path.name}: architecture {arch!r} is not supported "
+            f"(supported: {', '.join(supported_architectures())})"
+        )
+
+
+def estimate_load_bytes(info: GGUFInfo, plan: DevicePlan) -> int:
+    """RAM needed to load: the weights at the plan's dtype plus one float32 tensor in flight
+    (transformers dequantizes each tensor to float32 before casting)."""
+    largest = max((t.n_elements for t in info.tensors), default=0) * 4
+    return info.memory_bytes(plan.dtype_name) + largest
+
+
+def check_memory(info: GGUFInfo, plan: DevicePlan) -> None:
+    need = estimate_load_bytes(info, plan)
+    limit = memory_limit_bytes()
+    if limit is not None and need > limit:
+        raise InsufficientMemoryError(
+            f"{info.path.name}: needs about {need / GiB:.1f} GiB of memory at {plan.dtype_name}, "
+            f"only {limit / GiB:.1f} GiB available (try a smaller quantization or model)"
+        )
+    if plan.gpu == "cuda" and plan.n_gpu_layers:
+        free, _total = torch.cuda.mem_get_info()
+        gpu_need = info.memory_bytes(plan.dtype_name) * plan.n_gpu_layers // max(plan.n_layers, 1)
+        if gpu_need > free:
+            raise InsufficientMemoryError(
+                f"{info.path.name}: {plan.n_gpu_layers} layers need about {gpu_need / GiB:.1f} GiB "
+                f"of GPU memory, {free / GiB:.1f} GiB free (lower -ngl)"
+            )
+
+
+@contextlib.contextmanager
+def _tensor_progress(progress: ProgressCallback | None, cancel: CancelCheck | None) -> Iterator[None]:
+    """Report transformers' per-tensor dequantization loop as progress, and cancel inside it."""
+    original = gguf_utils.tqdm
+
+    def tracked(iterable, *args, **kwargs):
+        items = list(iterable)
+        for index, item in enumerate(items):
+            if cancel is not None and cancel():
+                raise LoadCancelled("loading cancelled")
+            if progress is not None:
+                progress("reading weights", index / max(len(items), 1))
+            yield item
+
+    gguf_utils.tqdm = tracked
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
+def load_model(
+    path: str | Path,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    n_gpu_layers: int | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: CancelCheck | None = None,
+) -> LoadedModel:
+    """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages."""
+    path = Path(path)
+    started = time.monotonic()
+    report = progress or (lambda stage, fraction: None)
+    report("reading header", 0.0)
+    info = read_gguf_info(path)
+    check_supported(info)
+    plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
+    check_memory(info, plan)
+    folder, name = str(path.parent), path.name
+    try:
+        with _LOAD_LOCK, _tensor_progress(progress, cancel):
+            report("building tokenizer", 0.0)
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+            if cancel is not None and cancel():
+                raise LoadCancelled("loading cancelled")
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=name, dtype=plan.dtype, local_files_only=True
+            )
+    except SpeculaError:
+        raise
+    except MemoryError as exc:
+        raise InsufficientMemoryError(f"{name}: ran out of memory while loading") from exc
+    except Exception as exc:  # transformers raises bare ValueError/KeyError/OSError on bad files
+        raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
+    model.eval()
+    rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
+    rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)
+    report("placing on device", 1.0)
+    model = apply_plan(model, plan)
+    elapsed = time.monotonic() - started
+    log.info("loaded %s in %.1fs on %s", name, elapsed, plan.describe())
+    return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix)
+
+
+def _has_tensor(info: GGUFInfo, name: str) -> bool:
+    return any(t.name == name for t in info.tensors)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
+__all__ = ["LoadedModel", "load_model", "supported_architectures", "check_supported"]

@@ -1,0 +1,110 @@
+"""Logits to probabilities, seeded sampling, and the speculative acceptance rule.
+
+Notation as in Leviathan et al. / Chen et al. (2023): p is the main (target) model's distribution,
+q the draft's. A drafted token x is accepted with probability min(1, p(x)/q(x)); on rejection the
+replacement is sampled from normalize(max(0, p - q)). This makes the output distribution exactly p.
+A deterministic drafter (prompt lookup) has q = one-hot(x), so x is accepted with probability p(x)
+and the replacement is sampled from p with x removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """llama.cpp's sampling knobs. temperature <= 0 means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 40  # 0 disables
+    top_p: float = 0.95  # 1.0 disables
+    min_p: float = 0.05  # 0.0 disables
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+def make_generator(seed: int | None) -> torch.Generator:
+    generator = torch.Generator(device="cpu")
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Rows of logits [n, V] -> rows of probabilities [n, V] (float32).
+
+    Truncation (top-k, top-p, min-p) is decided on the untempered distribution and temperature is
+    applied last, as in llama.cpp's default sampler chain.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    keep = torch.ones_like(logits, dtype=torch.bool)
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        keep &= logits >= kth
+    probs = torch.softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = mass_before >= params.top_p  # always keeps the most likely token
+        keep &= ~torch.zeros_like(keep).scatter(-1, order, drop_sorted)
+    if params.min_p > 0.0:
+        keep &= probs >= params.min_p * probs.max(dim=-1, keepdim=True).values
+    tempered = (logits / params.temperature).masked_fill(~keep, float("-inf"))
+    return torch.softmax(tempered, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+AcceptRule = Callable[
+    [torch.Tensor, torch.Tensor | None, list[int], torch.Generator], tuple[int, int]
+]
+
+
+def speculative_accept(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    draft: list[int],
+    generator: torch.Generator,
+) -> tuple[int, int]:
+    """Accept a prefix of `draft` and choose the next token, preserving the distribution p.
+
+    p: [k+1, V] main-model probabilities at each draft position plus the bonus position.
+    q: [k, V] draft probabilities, or None for a deterministic (one-hot) drafter.
+    Returns (number of draft tokens accepted, the token that follows them).
+    """
+    for i, token in enumerate(draft):
+        p_x = float(p[i, token])
+        q_x = float(q[i, token]) if q is not None else 1.0
+        if q_x > 0 and float(torch.rand(1, generator=generator)) * q_x < p_x:
+            continue  # accepted with probability min(1, p_x / q_x)
+        if q is not None:
+            residual = (p[i] - q[i]).clamp_min(0.0)
+        else:
+            residual = p[i].clone()
+            residual[token] = 0.0
+        total = float(residual.sum())
+        # total == 0 only when p == q exactly, where rejection has probability 0.
+        replacement = sample(residual / total if total > 0 else p[i], generator)
+        return i, replacement
+    return len(draft), sample(p[len(draft)], generator)
+
+
+def greedy_accept(main_argmax: list[int], draft: list[int]) -> tuple[int, int]:
+    """Temperature 0: accept while the draft equals the main model's argmax."""
+    n = 0
+    while n < len(draft) and draft[n] == main_argmax[n]:
+        n += 1
+    return n, main_argmax[n]

