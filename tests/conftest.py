@@ -44,3 +44,11 @@ def tiny_loaded(tiny_paths):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def demo_path():
+    """Path of a built-in demo model. The README's setup installs them: missing is a failure."""
+    from app.hub.builtin import builtin_path
+
+    return builtin_path

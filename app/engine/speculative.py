@@ -15,6 +15,7 @@ import torch
 
 from app.engine.detok import IncrementalDetokenizer
 from app.engine.drafters import Draft, Drafter, NoDrafter
+from app.engine.errors import ContextFullError
 from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
 from app.engine.kvmodel import KVModel, common_prefix_length
 from app.engine.sampling import (
@@ -109,6 +110,11 @@ def generate(
     """Generate a reply to prompt_ids, yielding a StepEvent per step and a final DoneEvent."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
+    if len(prompt_ids) >= main.n_ctx:
+        raise ContextFullError(
+            f"the prompt has {len(prompt_ids)} tokens but the context holds {main.n_ctx}; "
+            "shorten it or raise -c"
+        )
     drafter = drafter or NoDrafter()
     sampling = settings.sampling
     drafter.configure(sampling, settings.draft_p_min)

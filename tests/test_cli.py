@@ -1,0 +1,252 @@
+"""The `specula` command line, run for real in subprocesses (`python -m app ...`) on tiny GGUF models.
+
+Each subprocess spends seconds importing torch and transformers, so every command of this module
+is declared once in `COMMANDS` and all of them run concurrently the first time a test asks for
+one (`cli` fixture); each test then checks the results of its commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.header_gguf import make_tokens, write_gguf
+from tests.tiny_gguf import CHATML, VOCAB_SIZE, tiny_vocab
+
+ROOT = Path(__file__).resolve().parent.parent
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
+SYSTEM = "You are a helpful assistant."
+CHAT_PROMPT = "What is the capital of France?"
+JSON_KEYS = {"text", "tokens", "n_prompt", "n_predicted", "n_drafted", "n_accepted",
+             "accept_rate", "encode_tps", "decode_tps"}
+GREEDY = ["--temp", "0", "-n", "24", "--json"]
+
+
+def commands(files: dict[str, Path]) -> dict[str, list[str]]:
+    """name -> arguments of `python -m app`; files holds the models and bad files."""
+    tiny, other, notemplate = str(files["llama-f32"]), str(files["llama-other"]), str(files["llama-notemplate"])
+    return {
+        # Decoding: the same greedy tokens whatever drafts them.
+        "none": ["run", "-m", tiny, "-p", PROMPT, *GREEDY],
+        "lookup": ["run", "-m", tiny, "--lookup", "-p", PROMPT, *GREEDY],
+        "draft-other": ["run", "-m", tiny, "-md", other, "-p", PROMPT, *GREEDY],
+        "draft-same": ["run", "-m", tiny, "-md", tiny, "-p", PROMPT, "--color", *GREEDY],
+        "chat": ["run", "-m", tiny, "--chat", "-sys", SYSTEM, "-p", CHAT_PROMPT, "-n", "8", "--temp", "0", "--json"],
+        "chat-notemplate": ["run", "-m", notemplate, "--chat", "-sys", SYSTEM, "-p", CHAT_PROMPT,
+                            "-n", "8", "--temp", "0", "--json"],
+        # Bad flags: argparse, exit 2.
+        "no-model": ["run", "-p", "x"],
+        "bad-temp": ["run", "-m", tiny, "-p", "x", "--temp", "abc"],
+        "unknown-flag": ["run", "-m", tiny, "-p", "x", "--no-such-flag"],
+        # Bad files: exit 1.
+        "missing": ["run", "-m", str(files["dir"] / "missing.gguf"), "-p", "x"],
+        "text-file": ["run", "-m", str(files["text"]), "-p", "x"],
+        "truncated": ["run", "-m", str(files["truncated"]), "-p", "x"],
+        # Drafts for another vocabulary: exit 3.
+        "draft-incompatible": ["run", "-m", tiny, "-md", str(files["other-tokens"]), "-p", "x", "-n", "4"],
+        "pair-ok": ["check-pair", tiny, other],
+        "pair-bad": ["check-pair", tiny, str(files["other-vocab-type"])],
+        # Header facts.
+        "inspect": ["inspect", tiny],
+        "inspect-json": ["inspect", tiny, "--json"],
+        "version": ["--version"],
+        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf"],
+    }
+
+
+@pytest.fixture(scope="module")
+def files(tiny_paths, tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("cli-files")
+    text = folder / "readme.gguf"
+    text.write_text("This is a text file, not a model.\n" * 10)
+    data = tiny_paths["llama-f32"].read_bytes()
+    truncated = folder / "cut.gguf"
+    truncated.write_bytes(data[: len(data) // 2])
+    # Header-only files (no weights: compatibility is decided before anything is loaded). Same
+    # vocabulary size and type as the tiny models, other token texts / another vocabulary type.
+    other_tokens = write_gguf(folder / "foreign-tokens.gguf", tokens=make_tokens(VOCAB_SIZE, "zz"))
+    tokens, _, merges = tiny_vocab()
+    other_type = write_gguf(folder / "spm-vocab.gguf", tokens=tokens, vocab_type="llama", merges=merges)
+    return {**tiny_paths, "dir": folder, "text": text, "truncated": truncated,
+            "other-tokens": other_tokens, "other-vocab-type": other_type}
+
+
+@pytest.fixture(scope="module")
+def cli(files) -> dict[str, subprocess.CompletedProcess]:
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+
+    def run(args: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True,
+            encoding="utf-8", errors="replace", timeout=300,
+        )
+
+    todo = commands(files)
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        results = dict(zip(todo, pool.map(run, todo.values())))
+    return results
+
+
+def last_json(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def test_run_json_and_greedy_identity_across_drafters(cli):
+    none, lookup, other = last_json(cli["none"]), last_json(cli["lookup"]), last_json(cli["draft-other"])
+    for data in (none, lookup, other):
+        assert JSON_KEYS <= data.keys()
+        assert data["n_predicted"] == len(data["tokens"]) > 0
+        assert data["n_prompt"] > 0
+        assert 0.0 <= data["accept_rate"] <= 1.0
+        assert data["n_accepted"] <= data["n_drafted"]
+        assert data["encode_tps"] > 0 and data["decode_tps"] > 0
+    assert lookup["tokens"] == none["tokens"]
+    assert other["tokens"] == none["tokens"]
+    assert lookup["text"] == none["text"] == other["text"]
+    assert none["n_drafted"] == 0
+    assert lookup["n_drafted"] > 0  # the prompt repeats itself, so lookup found drafts
+    assert other["n_drafted"] > 0
+    # Without --color, the streamed text is the plain text, before the JSON line.
+    stream = cli["lookup"].stdout.rstrip("\n").rsplit("\n", 1)[0]
+    assert stream == lookup["text"]
+    assert "\x1b[" not in cli["lookup"].stdout
+
+
+def test_run_color_marks_accepted_draft_text(cli):
+    result = cli["draft-same"]
+    data = last_json(result)
+    assert data["tokens"] == last_json(cli["none"])["tokens"]
+    assert data["n_accepted"] > 0 and data["accept_rate"] == 1.0  # a draft equal to the main model
+    stream = result.stdout.rstrip("\n").rsplit("\n", 1)[0]
+    assert "\x1b[32m" in stream and "\x1b[0m" in stream
+    assert ANSI.sub("", stream) == data["text"]
+
+
+def test_run_stderr_summary_like_llama_cpp(cli):
+    stderr = cli["draft-same"].stderr
+    data = last_json(cli["draft-same"])
+    assert re.search(rf"^n_drafted\s*=\s*{data['n_drafted']}$", stderr, re.M), stderr
+    assert re.search(rf"^n_accept\s*=\s*{data['n_accepted']}$", stderr, re.M), stderr
+    assert re.search(r"^accept\s*=\s*100\.000%$", stderr, re.M), stderr
+    assert re.search(rf"^decoded\s+{data['n_predicted']} tokens in\s+[\d.]+ seconds, speed:", stderr, re.M)
+    assert re.search(r"^encoded\s+\d+ tokens in", stderr, re.M)
+    # Nothing else: no transformers progress bars or warnings.
+    assert "Loading weights" not in stderr and "%|" not in stderr and "Traceback" not in stderr
+
+
+def test_run_chat_with_system_prompt(cli, tiny_loaded):
+    tokenizer = tiny_loaded("llama-f32").tokenizer
+    chatml = (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{CHAT_PROMPT}<|im_end|>\n"
+              "<|im_start|>assistant\n")
+    fallback = f"{SYSTEM}\n\nUser: {CHAT_PROMPT}\nAssistant:"
+    for name, text in (("chat", chatml), ("chat-notemplate", fallback)):
+        data = last_json(cli[name])
+        assert data["n_prompt"] == len(tokenizer.encode(text)), name
+        assert data["n_predicted"] <= 8
+    assert tiny_loaded("llama-f32").tokenizer.chat_template == CHATML
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: one line on stderr, the documented exit codes
+
+
+@pytest.mark.parametrize("name", ["no-model", "bad-temp", "unknown-flag"])
+def test_bad_flags_exit_2_with_one_line(cli, name):
+    result = cli[name]
+    assert result.returncode == 2, result.stderr
+    line = one_line(result.stderr)
+    assert line.startswith("specula")
+    assert result.stdout == ""
+
+
+def test_bad_flag_messages_say_what_is_wrong(cli):
+    assert "-m/--model" in cli["no-model"].stderr
+    assert "--temp" in cli["bad-temp"].stderr and "abc" in cli["bad-temp"].stderr
+    assert "--no-such-flag" in cli["unknown-flag"].stderr
+
+
+@pytest.mark.parametrize("name,file_name", [
+    ("missing", "missing.gguf"), ("text-file", "readme.gguf"), ("truncated", "cut.gguf"),
+])
+def test_bad_model_files_exit_1_with_one_line(cli, name, file_name):
+    result = cli[name]
+    assert result.returncode == 1, result.stderr
+    line = one_line(result.stderr)
+    assert line.startswith("specula: error:") and file_name in line
+
+
+def test_incompatible_draft_exits_3(cli):
+    result = cli["draft-incompatible"]
+    assert result.returncode == 3, result.stderr
+    line = one_line(result.stderr)
+    assert "foreign-tokens.gguf" in line and "token text differs" in line
+    assert result.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# check-pair, inspect, --version, bench
+
+
+def test_check_pair(cli):
+    ok, bad = cli["pair-ok"], cli["pair-bad"]
+    assert ok.returncode == 0, ok.stderr
+    assert "compatible" in ok.stdout and "llama-other.gguf" in ok.stdout
+    assert bad.returncode == 3, bad.stderr
+    line = one_line(bad.stderr)
+    assert "vocab_type" in line and "'gpt2'" in line and "'llama'" in line
+
+
+def test_inspect(cli):
+    human, as_json = cli["inspect"], cli["inspect-json"]
+    assert human.returncode == 0 and as_json.returncode == 0, human.stderr + as_json.stderr
+    assert re.search(r"^architecture:\s+llama$", human.stdout, re.M), human.stdout
+    assert "llama-f32.gguf" in human.stdout
+    data = json.loads(as_json.stdout)
+    assert data["architecture"] == "llama"
+    assert data["vocab_size"] == VOCAB_SIZE
+    assert data["n_layers"] == 2
+    assert data["has_chat_template"] is True
+    assert data["memory_bytes"] == 2 * data["n_params"] > 0  # bfloat16 by default
+    # 2 layers x 2 KV heads x (16 + 16) x 2 bytes
+    assert data["kv_bytes_per_token"] == 2 * 2 * 32 * 2
+
+
+def test_version(cli):
+    from app import __version__
+
+    result = cli["version"]
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"specula {__version__}"
+
+
+def test_bench_table(cli):
+    result = cli["bench"]
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("prompt"))
+    assert header.split()[-1] == "identical"
+    rows = {line.split()[1]: line.split() for line in lines if line.startswith("chat ")}
+    assert set(rows) == {"none", "lookup"}
+    assert all(row[-1] == "yes" for row in rows.values())
+    assert not any(line.startswith(("hf ", "chat           hf")) for line in lines)

@@ -1,0 +1,154 @@
+"""Speculative sampling keeps the main model's distribution exactly; a broken rule is caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.engine.drafters import ModelDrafter, PromptLookupDrafter
+from app.engine.events import DoneEvent
+from app.engine.sampling import (
+    SamplingParams,
+    logits_to_probs,
+    make_generator,
+    sample,
+    speculative_accept,
+)
+from app.engine.speculative import DecodeSettings, generate
+
+
+def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's chi-square goodness of fit, cells with expected count < 5 pooled."""
+    n = counts.sum()
+    expected = probs * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().reshape(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().reshape(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    dof = max(int(keep.sum()) - 1, 1)
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0), torch.tensor(stat / 2.0)))
+
+
+def always_accept(p, q, draft, generator):
+    """A broken rule: trusts the draft blindly."""
+    return len(draft), sample(p[len(draft)], generator)
+
+
+def resample_from_p(p, q, draft, generator):
+    """A broken rule: correct acceptance test, but resamples from p instead of the residual."""
+    for i, token in enumerate(draft):
+        q_x = float(q[i, token]) if q is not None else 1.0
+        if float(torch.rand(1, generator=generator)) * q_x < float(p[i, token]):
+            continue
+        return i, sample(p[i], generator)
+    return len(draft), sample(p[len(draft)], generator)
+
+
+def first_token_counts(rule, p, q, trials=20000, seed=0):
+    """Emit the first token of a 2-token draft many times; count what comes out."""
+    gen = make_generator(seed)
+    counts = torch.zeros(p.shape[-1])
+    for _ in range(trials):
+        if q is None:
+            draft = [2, 0]  # a deterministic drafter always proposes the same tokens
+        else:
+            draft = [sample(q[0], gen), sample(q[1], gen)]
+        n_accepted, token = rule(p, q, draft, gen)
+        counts[draft[0] if n_accepted > 0 else token] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def dists():
+    torch.manual_seed(1)
+    p = torch.distributions.Dirichlet(torch.ones(6)).sample((3,))
+    q = torch.distributions.Dirichlet(torch.ones(6) * 0.5).sample((2,))
+    return p, q
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_acceptance_rule_preserves_p(dists, deterministic):
+    p, q = dists
+    q = None if deterministic else q
+    assert chi2_pvalue(first_token_counts(speculative_accept, p, q), p[0]) > 1e-3
+
+
+@pytest.mark.parametrize("broken", [always_accept, resample_from_p])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_broken_rules_are_detected(dists, broken, deterministic):
+    p, q = dists
+    q = None if deterministic else q
+    assert chi2_pvalue(first_token_counts(broken, p, q), p[0]) < 1e-6
+
+
+def test_truncation_filters():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0, -10.0]])
+    top2 = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
+    assert (top2[0, 2:] == 0).all() and torch.isclose(top2.sum(), torch.tensor(1.0))
+    soft = torch.softmax(logits, -1)[0]
+    top_p = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0))
+    kept = int((top_p[0] > 0).sum())
+    assert soft[: kept - 1].sum() < 0.8 <= soft[:kept].sum()
+    min_p = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.3))
+    assert ((min_p[0] > 0) == (soft >= 0.3 * soft.max())).all()
+    greedy = logits_to_probs(logits, SamplingParams(temperature=0.0))
+    assert greedy[0].tolist() == [1.0, 0, 0, 0, 0, 0]
+    hot = logits_to_probs(logits, SamplingParams(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0))
+    assert torch.allclose(hot, torch.softmax(logits / 2.0, -1))
+
+
+# --- End to end on a tiny real model: the second generated token is the first one that goes
+# through a verify step; its distribution must equal the main model's exact marginal.
+
+SAMPLING = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+
+
+@torch.inference_mode()
+def exact_second_token(model, prompt_ids):
+    def dist(ids):
+        return logits_to_probs(model(torch.tensor([ids])).logits[0, -1:], SAMPLING)[0]
+
+    p1 = dist(prompt_ids)
+    marginal = torch.zeros_like(p1)
+    for t1 in torch.nonzero(p1).flatten().tolist():
+        marginal += p1[t1] * dist(prompt_ids + [t1])
+    return marginal
+
+
+def second_token_counts(main, prompt_ids, make_drafter, accept_rule=speculative_accept, runs=1200):
+    counts = torch.zeros(main.kv_model().vocab_size)
+    kv = main.kv_model(n_ctx=4096)  # the prompt is longer than the tiny model's 512
+    drafter = make_drafter()
+    drafted = 0
+    for seed in range(runs):
+        settings = DecodeSettings(max_new_tokens=3, draft_max=2, draft_p_min=0.0,
+                                  sampling=SamplingParams(**{**SAMPLING.__dict__, "seed": seed}),
+                                  stop_token_ids=())
+        events = list(generate(kv, main.tokenizer, prompt_ids, drafter, settings, accept_rule=accept_rule))
+        summary = events[-1].summary
+        assert isinstance(events[-1], DoneEvent)
+        drafted += summary.n_drafted
+        counts[summary.tokens[1]] += 1
+    assert drafted > runs // 2  # the verify step really had drafts to judge
+    return counts
+
+
+@pytest.mark.parametrize("drafter_kind", ["model", "lookup"])
+def test_speculative_sampling_matches_main_distribution(tiny_loaded, drafter_kind):
+    main = tiny_loaded("llama-f32")
+    draft = tiny_loaded("llama-other")  # a very different model: q far from p
+    # Every ordinary token appears once in the prompt, so prompt lookup always finds a 1-gram
+    # match for whatever token was sampled first and has a draft for the verify step to judge.
+    order = torch.randperm(550, generator=torch.Generator().manual_seed(0)).tolist()
+    prompt = order + main.tokenizer.encode(" the model and the")
+    exact = exact_second_token(main.model, prompt)
+    if drafter_kind == "model":
+        make = lambda: ModelDrafter(draft.kv_model(), main.kv_model().vocab_size)  # noqa: E731
+    else:
+        make = PromptLookupDrafter
+    good = second_token_counts(main, prompt, make)
+    assert chi2_pvalue(good, exact) > 1e-3
+    broken = second_token_counts(main, prompt, make, accept_rule=always_accept)
+    assert chi2_pvalue(broken, exact) < 1e-6
