@@ -1,8 +1,10 @@
-"""The `specula` command line, run for real in subprocesses (`python -m app ...`) on tiny GGUF models.
+"""The `specula` command line on tiny GGUF models, run for real in subprocesses (`python -m app ...`).
 
-Each subprocess spends seconds importing torch and transformers, so every command of this module
-is declared once in `COMMANDS` and all of them run concurrently the first time a test asks for
-one (`cli` fixture); each test then checks the results of its commands.
+Each subprocess spends seconds importing torch and transformers, so every subprocess command of
+this module is declared once in `commands()` and all of them run concurrently the first time a test
+asks for one (`cli` fixture); each test then checks the results of its commands. A few more checks
+of the same code paths (argparse errors, header-only subcommands) call `app.cli.main` in this
+process (`specula` fixture), where a subprocess would add seconds and nothing else.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -43,22 +44,13 @@ def commands(files: dict[str, Path]) -> dict[str, list[str]]:
         "chat": ["run", "-m", tiny, "--chat", "-sys", SYSTEM, "-p", CHAT_PROMPT, "-n", "8", "--temp", "0", "--json"],
         "chat-notemplate": ["run", "-m", notemplate, "--chat", "-sys", SYSTEM, "-p", CHAT_PROMPT,
                             "-n", "8", "--temp", "0", "--json"],
-        # Bad flags: argparse, exit 2.
-        "no-model": ["run", "-p", "x"],
-        "bad-temp": ["run", "-m", tiny, "-p", "x", "--temp", "abc"],
+        # Errors: a bad flag (exit 2), a bad model file (1), a draft for another vocabulary (3).
         "unknown-flag": ["run", "-m", tiny, "-p", "x", "--no-such-flag"],
-        # Bad files: exit 1.
-        "missing": ["run", "-m", str(files["dir"] / "missing.gguf"), "-p", "x"],
-        "text-file": ["run", "-m", str(files["text"]), "-p", "x"],
         "truncated": ["run", "-m", str(files["truncated"]), "-p", "x"],
-        # Drafts for another vocabulary: exit 3.
         "draft-incompatible": ["run", "-m", tiny, "-md", str(files["other-tokens"]), "-p", "x", "-n", "4"],
-        "pair-ok": ["check-pair", tiny, other],
         "pair-bad": ["check-pair", tiny, str(files["other-vocab-type"])],
-        # Header facts.
-        "inspect": ["inspect", tiny],
+        # Header facts and the benchmark.
         "inspect-json": ["inspect", tiny, "--json"],
-        "version": ["--version"],
         "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf"],
     }
 
@@ -94,6 +86,26 @@ def cli(files) -> dict[str, subprocess.CompletedProcess]:
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
         results = dict(zip(todo, pool.map(run, todo.values())))
     return results
+
+
+@pytest.fixture
+def specula(capsys, monkeypatch):
+    """In-process `specula ARGS...` -> (exit code, stdout, stderr)."""
+    from app.cli import main
+
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
+        monkeypatch.delenv(name, raising=False)  # main() sets them; restored after the test
+
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse, --version
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
 
 
 def last_json(result: subprocess.CompletedProcess) -> dict:
@@ -171,29 +183,41 @@ def test_run_chat_with_system_prompt(cli, tiny_loaded):
 # Errors: one line on stderr, the documented exit codes
 
 
-@pytest.mark.parametrize("name", ["no-model", "bad-temp", "unknown-flag"])
-def test_bad_flags_exit_2_with_one_line(cli, name):
-    result = cli[name]
+def test_bad_flags_exit_2_with_one_line(cli, specula, tiny_paths):
+    result = cli["unknown-flag"]
     assert result.returncode == 2, result.stderr
-    line = one_line(result.stderr)
-    assert line.startswith("specula")
+    assert one_line(result.stderr).startswith("specula: error:")
+    assert "--no-such-flag" in result.stderr
     assert result.stdout == ""
 
+    tiny = str(tiny_paths["llama-f32"])
+    for args, needle in (
+        (["run", "-p", "x"], "-m/--model"),
+        (["run", "-m", tiny, "-p", "x", "--temp", "abc"], "--temp"),
+        (["run", "-m", tiny, "-p", "x", "-n", "4", "--bogus"], "--bogus"),
+        (["run", "-m", tiny], "-p/--prompt"),
+        (["frobnicate"], "frobnicate"),
+    ):
+        code, out, err = specula(*args)
+        assert code == 2, (args, err)
+        line = one_line(err)
+        assert line.startswith("specula") and needle in line, (args, line)
+        assert out == ""
 
-def test_bad_flag_messages_say_what_is_wrong(cli):
-    assert "-m/--model" in cli["no-model"].stderr
-    assert "--temp" in cli["bad-temp"].stderr and "abc" in cli["bad-temp"].stderr
-    assert "--no-such-flag" in cli["unknown-flag"].stderr
 
-
-@pytest.mark.parametrize("name,file_name", [
-    ("missing", "missing.gguf"), ("text-file", "readme.gguf"), ("truncated", "cut.gguf"),
-])
-def test_bad_model_files_exit_1_with_one_line(cli, name, file_name):
-    result = cli[name]
+def test_bad_model_files_exit_1_with_one_line(cli, specula, files):
+    result = cli["truncated"]
     assert result.returncode == 1, result.stderr
     line = one_line(result.stderr)
-    assert line.startswith("specula: error:") and file_name in line
+    assert line.startswith("specula: error: cut.gguf") and "truncated" in line
+    assert result.stdout == ""
+
+    for path in (files["dir"] / "missing.gguf", files["text"]):
+        code, out, err = specula("run", "-m", str(path), "-p", "x")
+        assert code == 1, err
+        line = one_line(err)
+        assert line.startswith("specula: error:") and path.name in line, line
+        assert out == ""
 
 
 def test_incompatible_draft_exits_3(cli):
@@ -208,20 +232,26 @@ def test_incompatible_draft_exits_3(cli):
 # check-pair, inspect, --version, bench
 
 
-def test_check_pair(cli):
-    ok, bad = cli["pair-ok"], cli["pair-bad"]
-    assert ok.returncode == 0, ok.stderr
-    assert "compatible" in ok.stdout and "llama-other.gguf" in ok.stdout
+def test_check_pair(cli, specula, tiny_paths, files):
+    code, out, err = specula("check-pair", str(tiny_paths["llama-f32"]), str(tiny_paths["qwen2-q8"]))
+    assert code == 0, err
+    assert out.startswith("compatible") and "qwen2-q8.gguf" in out and "llama-f32.gguf" in out
+    assert err == ""
+
+    bad = cli["pair-bad"]
     assert bad.returncode == 3, bad.stderr
     line = one_line(bad.stderr)
     assert "vocab_type" in line and "'gpt2'" in line and "'llama'" in line
+    assert bad.stdout == ""
+
+    code, _, err = specula("check-pair", str(tiny_paths["llama-f32"]), str(files["other-tokens"]))
+    assert code == 3
+    assert "token_text" in one_line(err)
 
 
-def test_inspect(cli):
-    human, as_json = cli["inspect"], cli["inspect-json"]
-    assert human.returncode == 0 and as_json.returncode == 0, human.stderr + as_json.stderr
-    assert re.search(r"^architecture:\s+llama$", human.stdout, re.M), human.stdout
-    assert "llama-f32.gguf" in human.stdout
+def test_inspect(cli, specula, tiny_paths):
+    as_json = cli["inspect-json"]
+    assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
     assert data["architecture"] == "llama"
     assert data["vocab_size"] == VOCAB_SIZE
@@ -231,13 +261,20 @@ def test_inspect(cli):
     # 2 layers x 2 KV heads x (16 + 16) x 2 bytes
     assert data["kv_bytes_per_token"] == 2 * 2 * 32 * 2
 
+    code, out, _ = specula("inspect", str(tiny_paths["qwen2-f32"]))
+    assert code == 0
+    assert re.search(r"^architecture:\s+qwen2$", out, re.M), out
+    assert "qwen2-f32.gguf" in out
+    code, out, _ = specula("inspect", str(tiny_paths["llama-notemplate"]), "--json")
+    assert code == 0 and json.loads(out)["has_chat_template"] is False
 
-def test_version(cli):
+
+def test_version(specula):
     from app import __version__
 
-    result = cli["version"]
-    assert result.returncode == 0
-    assert result.stdout.strip() == f"specula {__version__}"
+    code, out, _ = specula("--version")
+    assert code == 0
+    assert out.strip() == f"specula {__version__}"
 
 
 def test_bench_table(cli):
@@ -248,5 +285,4 @@ def test_bench_table(cli):
     assert header.split()[-1] == "identical"
     rows = {line.split()[1]: line.split() for line in lines if line.startswith("chat ")}
     assert set(rows) == {"none", "lookup"}
-    assert all(row[-1] == "yes" for row in rows.values())
-    assert not any(line.startswith(("hf ", "chat           hf")) for line in lines)
+    assert all(row[-1] == "yes" for row in rows.values())  # --no-hf: no "hf ..." rows either

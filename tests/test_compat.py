@@ -11,7 +11,6 @@ import pytest
 from app.engine.compat import CompatResult, check_compatibility
 from app.engine.gguf_info import GGUFInfo, read_gguf_info
 from tests.header_gguf import make_tokens, write_gguf
-from tests.test_gguf_info import SMOLLM2
 
 N = 256
 

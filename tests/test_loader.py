@@ -3,7 +3,6 @@ progress and cancel, and the device plan (resolve_plan / apply_plan)."""
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 import torch

@@ -49,7 +49,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench, info, run
+    from app.cli import bench_args, info, run
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     run.register(sub)
     info.register(sub)
-    bench.register(sub)
+    bench_args.register(sub)
     return parser
 
 
@@ -65,23 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["demo"]  # the main job until the window exists
+    verbose = "-v" in argv or "--verbose" in argv
+    if not verbose:
+        # transformers' warnings and progress bars are noise on a user's terminal; set before
+        # the subcommands import it.
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:
-        # transformers' own warnings and progress bars are noise on a user's terminal.
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        # transformers is already imported (build_parser) and read both variables at import, so
-        # setting them above is too late for this process: switch them off directly as well.
-        from transformers.utils import logging as hf_logging
-
-        if os.environ["TRANSFORMERS_VERBOSITY"] == "error":
-            hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
     if args.command is None:
         parser.print_help()
         return 2

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from app.cli import add_model_flags
 from app.cli.run import load_drafter, load_main
 from app.engine.chat import has_chat_template, render_prompt
 from app.engine.events import DoneEvent
@@ -51,16 +50,6 @@ class BenchRow:
     accept_rate: float | None
     mean_accepted: float | None
     identical: bool
-
-
-def register(sub) -> None:
-    bench = sub.add_parser("bench", help="speed of each drafter vs no draft and vs transformers' generate()")
-    add_model_flags(bench)
-    bench.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per reply (default 64)")
-    bench.add_argument("--prompts", default=",".join(PROMPTS), help=f"categories to run (default {','.join(PROMPTS)})")
-    bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate() rows")
-    bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
-    bench.set_defaults(func=cmd_bench)
 
 
 def _prompt_ids(main: LoadedModel, text: str) -> list[int]:
@@ -107,7 +96,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_model = drafter.draft.model
     print(f"# {main.name} on {main.plan.describe()}, greedy, n={args.n_predict}, draft-max={args.draft_max}, "
           f"torch threads={torch.get_num_threads()}")
-    _ours(main, drafters[NONE], _prompt_ids(main, "Hello"), DecodeSettings(max_new_tokens=8))  # warm-up
+    # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
+    # drafter once on a short reply before timing anything.
+    warm = DecodeSettings(**{**settings.__dict__, "max_new_tokens": 24})
+    for drafter in drafters.values():
+        _ours(main, drafter, _prompt_ids(main, PROMPTS["code-rewrite"]), warm)
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
         if category not in PROMPTS:

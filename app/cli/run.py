@@ -7,14 +7,17 @@ import json
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from app.cli import add_model_flags, add_sampling_flags
-from app.engine.chat import render_prompt
-from app.engine.events import DoneEvent, Origin, RunSummary, StepEvent
-from app.engine.loader import LoadedModel, load_model
-from app.engine.pair import LOOKUP, NONE, load_draft, make_drafter
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
+
+# The engine (torch, transformers) is imported inside the commands that run a model, so that
+# `specula --help`, `inspect` and `check-pair` start in a fraction of a second.
+if TYPE_CHECKING:
+    from app.engine.events import RunSummary, StepEvent
+    from app.engine.loader import LoadedModel
+    from app.engine.speculative import DecodeSettings
 
 DRAFT_COLOUR = "\033[32m"  # accepted draft tokens in green, as llama-speculative shows them
 RESET = "\033[0m"
@@ -49,6 +52,9 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
+    from app.engine.sampling import SamplingParams
+    from app.engine.speculative import DecodeSettings
+
     for name in ("n_predict", "draft_max"):
         if getattr(args, name, 1) < 1:
             raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
@@ -69,12 +75,16 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
 
 
 def load_main(args: argparse.Namespace) -> LoadedModel:
+    from app.engine.loader import load_model
+
     return load_model(
         resolve_model_arg(args.model), device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers
     )
 
 
 def load_drafter(args: argparse.Namespace, main: LoadedModel):
+    from app.engine.pair import LOOKUP, NONE, load_draft, make_drafter
+
     if getattr(args, "model_draft", None):
         draft = load_draft(
             main, resolve_model_arg(args.model_draft), device=args.device, dtype=args.dtype,
@@ -85,6 +95,8 @@ def load_drafter(args: argparse.Namespace, main: LoadedModel):
 
 
 def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[int]:
+    from app.engine.chat import render_prompt
+
     if args.chat:
         messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
         return render_prompt(main.tokenizer, messages + [{"role": "user", "content": text}])
@@ -92,6 +104,8 @@ def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[i
 
 
 def stream(events, color: bool, out=sys.stdout) -> RunSummary:
+    from app.engine.events import DoneEvent, StepEvent
+
     summary = None
     for event in events:
         if isinstance(event, StepEvent):
@@ -134,6 +148,8 @@ def json_result(summary: RunSummary) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from app.engine.speculative import generate
+
     settings = settings_from_args(args)
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
     main = load_main(args)
@@ -148,6 +164,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from app.engine.chat import render_prompt
+    from app.engine.loader import load_model
+    from app.engine.pair import LOOKUP, make_drafter
+    from app.engine.sampling import SamplingParams
+    from app.engine.speculative import DecodeSettings, generate
+
     main = load_model(resolve_model_arg(args.model))
     print(f"# {main.name} on {main.plan.describe()}, prompt lookup drafting, greedy", file=sys.stderr)
     print(f"> {args.prompt}\n", file=sys.stderr)

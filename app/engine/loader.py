@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine.device import DevicePlan, apply_plan, memory_limit_bytes, resolve_plan
-from app.engine.errors import InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
+from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import GGUFInfo, _fmt_bytes, read_gguf_info, read_tensor
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
@@ -133,7 +133,10 @@ def load_model(
     report("reading header", 0.0)
     info = read_gguf_info(path)
     check_supported(info)
-    plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
+    try:
+        plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
+    except DeviceError as exc:
+        raise DeviceError(f"{path.name}: {exc}") from exc
     check_memory(info, plan)
     folder, name = str(path.parent), path.name
     try:

@@ -1,0 +1,27 @@
+"""The flags of `specula bench`; the benchmark itself (app.cli.bench) imports torch when run."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.cli import add_model_flags
+
+CATEGORIES = ("code-rewrite", "chat", "summarise")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from app.cli.bench import cmd_bench
+
+    return cmd_bench(args)
+
+
+def register(sub) -> None:
+    bench = sub.add_parser("bench", help="speed of each drafter vs no draft and vs transformers' generate()")
+    add_model_flags(bench)
+    bench.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per reply (default 64)")
+    bench.add_argument("--prompts", default=",".join(CATEGORIES), help=f"categories to run (default {','.join(CATEGORIES)})")
+    bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate() rows")
+    bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    bench.set_defaults(func=_run_bench)
+
+
