@@ -147,7 +147,7 @@ def test_speculative_sampling_matches_main_distribution(tiny_loaded, drafter_kin
     if drafter_kind == "model":
         make = lambda: ModelDrafter(draft.kv_model(), main.kv_model().vocab_size)  # noqa: E731
     else:
-        make = PromptLookupDrafter
+        make = lambda: PromptLookupDrafter(ngram_min=1)  # noqa: E731
     good = second_token_counts(main, prompt, make)
     assert chi2_pvalue(good, exact) > 1e-3
     broken = second_token_counts(main, prompt, make, accept_rule=always_accept)

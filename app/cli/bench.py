@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from app.cli.run import load_drafter, load_main
-from app.engine.chat import has_chat_template, render_prompt
+from app.engine.chat import render_prompt
 from app.engine.events import DoneEvent
 from app.engine.loader import LoadedModel
 from app.engine.pair import LOOKUP, NONE, make_drafter
@@ -53,9 +53,8 @@ class BenchRow:
 
 
 def _prompt_ids(main: LoadedModel, text: str) -> list[int]:
-    if has_chat_template(main.tokenizer):
-        return render_prompt(main.tokenizer, [{"role": "user", "content": text}])
-    return main.tokenizer.encode(text)
+    # A base model without a template gets the fallback "User: ... Assistant:" framing, as in chat.
+    return render_prompt(main.tokenizer, [{"role": "user", "content": text}])
 
 
 def _ours(main: LoadedModel, drafter, ids: list[int], settings: DecodeSettings):
