@@ -142,9 +142,7 @@ def print_summary(summary: RunSummary, draft_max: int, out=sys.stderr) -> None:
 
 
 def json_result(summary: RunSummary) -> str:
-    data = summary.to_dict()
-    data["n_predicted"] = summary.n_predicted
-    return json.dumps(data, ensure_ascii=False)
+    return json.dumps(summary.to_dict(), ensure_ascii=False)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -60,15 +60,11 @@ class ChatSession:
     messages: list[dict[str, str]] = field(default_factory=list)
     min_reply_tokens: int = 64  # room kept free for the answer when trimming old turns
 
-    def _conversation(self) -> list[dict[str, str]]:
-        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return head + self.messages
-
     def prompt_ids(self) -> list[int]:
         """The prompt for the next reply, leaving out the oldest turns if it would not fit."""
         turns = list(self.messages)
+        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         while True:
-            head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
             ids = render_prompt(self.tokenizer, head + turns)
             if len(ids) + self.min_reply_tokens <= self.main.n_ctx:
                 if len(turns) < len(self.messages):
