@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from app.cli.bench_args import PROMPTS
 from app.cli.run import load_drafter, load_main
 from app.engine.chat import render_prompt
 from app.engine.events import DoneEvent
@@ -20,23 +21,6 @@ from app.engine.loader import LoadedModel
 from app.engine.pair import LOOKUP, NONE, make_drafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import DecodeSettings, generate
-
-PROMPTS = {
-    "code-rewrite": (
-        "Rewrite this function so the variable names are clearer. Keep everything else the same.\n\n"
-        "def total_above(values, limit):\n    result = 0\n    for v in values:\n"
-        "        if v > limit:\n            result = result + v\n    return result\n\n"
-        "def count_above(values, limit):\n    result = 0\n    for v in values:\n"
-        "        if v > limit:\n            result = result + 1\n    return result\n"
-    ),
-    "chat": "What are three good habits for staying healthy? Answer briefly.",
-    "summarise": (
-        "Summarise the text below in two sentences, quoting its key phrase.\n\n"
-        "The city council voted on Tuesday to extend the bicycle lane network by twelve kilometres. "
-        "The new lanes will connect the university campus with the central station. Council members "
-        "said the project, called 'Green Link', should be finished before the end of next year."
-    ),
-}
 
 
 @dataclass

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from app.cli import add_model_flags, add_sampling_flags

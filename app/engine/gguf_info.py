@@ -487,7 +487,7 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
     return info
 
 
-def _fmt_bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
     if n < 1024:
         return f"{int(n)} B"
     for unit in ("KiB", "MiB", "GiB"):
@@ -513,7 +513,7 @@ def format_info(info: GGUFInfo, dtype: str = "bfloat16") -> str:
     kv = info.kv_bytes_per_token(dtype)
     types = ", ".join(f"{t}×{n}" for t, n in info.tensor_types.items())
     rows = [
-        ("file", f"{info.path.name} ({_fmt_bytes(info.file_size)}, GGUF v{info.version})"),
+        ("file", f"{info.path.name} ({format_bytes(info.file_size)}, GGUF v{info.version})"),
         ("architecture", info.architecture),
         ("name", info.name or "-"),
         ("size label", info.size_label or "-"),
@@ -528,9 +528,9 @@ def format_info(info: GGUFInfo, dtype: str = "bfloat16") -> str:
         ("BOS / EOS", f"{info.bos_token_id} / {info.eos_token_id} "
                       f"(add BOS: {yn(info.add_bos_token)}, add EOS: {yn(info.add_eos_token)})"),
         ("chat template", "yes" if info.has_chat_template else "no"),
-        (f"weights ({dt})", _fmt_bytes(info.memory_bytes(dtype))),
-        (f"KV cache ({dt})", f"{_fmt_bytes(kv)} per token, "
-                             f"{_fmt_bytes(kv * info.context_length)} at full context"),
+        (f"weights ({dt})", format_bytes(info.memory_bytes(dtype))),
+        (f"KV cache ({dt})", f"{format_bytes(kv)} per token, "
+                             f"{format_bytes(kv * info.context_length)} at full context"),
     ]
     width = max(len(k) for k, _ in rows) + 1
     return "\n".join(f"{k + ':':<{width}} {v}" for k, v in rows)

@@ -21,7 +21,7 @@ from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine.device import DevicePlan, apply_plan, memory_limit_bytes, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
-from app.engine.gguf_info import GGUFInfo, _fmt_bytes, read_gguf_info, read_tensor
+from app.engine.gguf_info import GGUFInfo, format_bytes, read_gguf_info, read_tensor
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
 
@@ -83,8 +83,8 @@ def check_memory(info: GGUFInfo, plan: DevicePlan) -> None:
     limit = memory_limit_bytes()
     if limit is not None and need > limit:
         raise InsufficientMemoryError(
-            f"{info.path.name}: needs about {_fmt_bytes(need)} of memory at {plan.dtype_name}, "
-            f"only {_fmt_bytes(limit)} available (try a smaller quantization or model)"
+            f"{info.path.name}: needs about {format_bytes(need)} of memory at {plan.dtype_name}, "
+            f"only {format_bytes(limit)} available (try a smaller quantization or model)"
         )
     if plan.gpu == "cuda" and plan.n_gpu_layers:
         free, _total = torch.cuda.mem_get_info()
