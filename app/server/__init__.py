@@ -1,0 +1,1 @@
+"""`specula serve`: an OpenAI-compatible HTTP server on the engine (Starlette + uvicorn). No Qt."""
