@@ -19,6 +19,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
+from app.engine import fastload
 from app.engine.device import DevicePlan, apply_plan, memory_limit_bytes, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import GGUFInfo, format_bytes, read_gguf_info, read_tensor
@@ -73,7 +74,7 @@ def check_supported(info: GGUFInfo) -> None:
 
 def estimate_load_bytes(info: GGUFInfo, plan: DevicePlan) -> int:
     """RAM needed to load: the weights at the plan's dtype plus one float32 tensor in flight
-    (transformers dequantizes each tensor to float32 before casting)."""
+    (each tensor is dequantized to float32 before it is cast)."""
     largest = max((t.n_elements for t in info.tensors), default=0) * 4
     return info.memory_bytes(plan.dtype_name) + largest
 
@@ -138,16 +139,14 @@ def load_model(
     except DeviceError as exc:
         raise DeviceError(f"{path.name}: {exc}") from exc
     check_memory(info, plan)
-    folder, name = str(path.parent), path.name
+    name = path.name
     try:
-        with _LOAD_LOCK, _tensor_progress(progress, cancel):
+        if fastload.can_fast_load(info):
             report("building tokenizer", 0.0)
-            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
-            if cancel is not None and cancel():
-                raise LoadCancelled("loading cancelled")
-            model = AutoModelForCausalLM.from_pretrained(
-                folder, gguf_file=name, dtype=plan.dtype, local_files_only=True
-            )
+            tokenizer = fastload.load_tokenizer(info)
+            model = fastload.build_model(info, plan.dtype, progress, cancel)
+        else:
+            tokenizer, model = _transformers_load(path, plan, progress, cancel)
     except SpeculaError:
         raise
     except MemoryError as exc:
@@ -162,6 +161,20 @@ def load_model(
     elapsed = time.monotonic() - started
     log.info("loaded %s in %.1fs on %s", name, elapsed, plan.describe())
     return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix)
+
+
+def _transformers_load(path: Path, plan: DevicePlan, progress: ProgressCallback | None,
+                       cancel: CancelCheck | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
+    """transformers' own GGUF path: every architecture it supports, slowly (see fastload)."""
+    folder, name = str(path.parent), path.name
+    with _LOAD_LOCK, _tensor_progress(progress, cancel):
+        if progress is not None:
+            progress("building tokenizer", 0.0)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+        if cancel is not None and cancel():
+            raise LoadCancelled("loading cancelled")
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=plan.dtype, local_files_only=True)
+    return tokenizer, model
 
 
 def _has_tensor(info: GGUFInfo, name: str) -> bool:

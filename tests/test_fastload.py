@@ -1,0 +1,129 @@
+"""The fast GGUF loader builds exactly the model and tokenizer transformers' own GGUF path builds."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from app.engine import fastload
+from app.engine.errors import LoadCancelled, ModelFileError
+from app.engine.gguf_info import read_gguf_info
+from app.engine.loader import load_model
+from tests.tiny_gguf import TinySpec, build_hf_model, write_tiny_gguf
+
+SAMPLES = ["Hello, world!", "def f(a, b):\n    return a + b\n", "  spaces\tand\ttabs  ", "ünïcödé ✓ 漢字"]
+
+
+def _transformers_model(path, dtype=torch.float32):
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype,
+                                                local_files_only=True)
+
+
+def assert_same_model(fast: torch.nn.Module, reference: torch.nn.Module) -> None:
+    fast_state, ref_state = fast.state_dict(), reference.state_dict()
+    assert set(fast_state) == set(ref_state)
+    for name, tensor in ref_state.items():
+        assert fast_state[name].dtype == tensor.dtype, name
+        assert torch.equal(fast_state[name], tensor), f"{name} differs"
+    fast_cfg, ref_cfg = fast.config.to_dict(), reference.config.to_dict()
+    for key in ("_name_or_path", "quantization_config"):  # where it came from, not what it is
+        fast_cfg.pop(key, None), ref_cfg.pop(key, None)
+    assert fast_cfg == ref_cfg
+
+
+@pytest.mark.parametrize("name", ["llama-f32", "llama-q8", "qwen2-f32", "qwen2-q8", "llama3-rope"])
+def test_fast_model_equals_transformers_load(tiny_paths, name):
+    path = tiny_paths[name]
+    fast = fastload.build_model(read_gguf_info(path), torch.float32)
+    assert_same_model(fast, _transformers_model(path))
+
+
+def test_fast_model_in_bfloat16_equals_transformers_load(tiny_paths):
+    path = tiny_paths["llama-q8"]
+    fast = fastload.build_model(read_gguf_info(path), torch.bfloat16)
+    assert_same_model(fast, _transformers_model(path, torch.bfloat16))
+
+
+def test_config_matches_transformers(tiny_paths):
+    for name in ("llama-f32", "qwen2-f32", "llama3-rope"):
+        path = tiny_paths[name]
+        ours = fastload.build_config(read_gguf_info(path)).to_dict()
+        theirs = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+        ours.pop("_name_or_path"), theirs.pop("_name_or_path")
+        assert ours == theirs, name
+
+
+def test_tokenizer_is_cached_and_identical(tiny_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(tiny_paths["llama-f32"])
+    reference = AutoTokenizer.from_pretrained(str(info.path.parent), gguf_file=info.path.name)
+    first = fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_dir() / fastload.header_key(info)
+    assert (entry / "tokenizer.json").is_file()
+    second = fastload.load_tokenizer(info)  # from the cache
+    messages = [{"role": "user", "content": "Hi there"}]
+    for tok in (first, second):
+        for text in SAMPLES:
+            assert tok.encode(text) == reference.encode(text)
+            ids = reference.encode(text)
+            assert tok.decode(ids) == reference.decode(ids)
+        assert tok.chat_template == reference.chat_template
+        assert tok.apply_chat_template(messages, tokenize=False) == reference.apply_chat_template(messages, tokenize=False)
+        assert (tok.bos_token_id, tok.eos_token_id) == (reference.bos_token_id, reference.eos_token_id)
+    assert not [p for p in entry.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_damaged_tokenizer_cache_is_rebuilt(tiny_paths, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(tiny_paths["qwen2-f32"])
+    fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_dir() / fastload.header_key(info)
+    (entry / "tokenizer.json").write_text("{ not json")
+    with caplog.at_level(logging.WARNING):
+        tokenizer = fastload.load_tokenizer(info)
+    assert "rebuilding" in caplog.text
+    assert tokenizer.encode(SAMPLES[1]) == AutoTokenizer.from_pretrained(
+        str(info.path.parent), gguf_file=info.path.name).encode(SAMPLES[1])
+
+
+def test_missing_tensor_is_named(tmp_path):
+    spec = TinySpec(arch="llama", qtype="F32", seed=5)
+    state = build_hf_model(spec).state_dict()
+    del state["model.layers.1.mlp.down_proj.weight"]
+
+    class StateOnly:  # the writer's input: a model's tensors, one left out
+        def state_dict(self):
+            return state
+
+    path = write_tiny_gguf(tmp_path / "holey.gguf", spec, StateOnly())
+    with pytest.raises(ModelFileError, match="down_proj"):
+        load_model(path, device="cpu", dtype="float32")
+
+
+def test_cancel_stops_reading_weights(tiny_paths):
+    seen = []
+    with pytest.raises(LoadCancelled):
+        load_model(tiny_paths["llama-f32"], device="cpu", dtype="float32",
+                   progress=lambda stage, fraction: seen.append(stage),
+                   cancel=lambda: "reading weights" in seen)
+    assert "reading weights" in seen
+
+
+def test_slow_path_is_still_available(tiny_paths, monkeypatch):
+    monkeypatch.setenv("SPECULA_SLOW_LOAD", "1")
+    slow = load_model(tiny_paths["llama-q8"], device="cpu", dtype="float32")
+    monkeypatch.delenv("SPECULA_SLOW_LOAD")
+    fast = load_model(tiny_paths["llama-q8"], device="cpu", dtype="float32")
+    assert_same_model(fast.model, slow.model)
+
+
+@pytest.mark.demo
+@pytest.mark.parametrize("key", ["smollm2-135m", "gemma3-270m"])
+def test_demo_models_fast_equals_transformers(demo_path, key):
+    path = demo_path(key)
+    info = read_gguf_info(path)
+    assert fastload.can_fast_load(info)
+    assert_same_model(fastload.build_model(info, torch.float32), _transformers_model(path))
