@@ -61,8 +61,9 @@ def test_tokenizer_is_cached_and_identical(tiny_paths, tmp_path, monkeypatch):
     info = read_gguf_info(tiny_paths["llama-f32"])
     reference = AutoTokenizer.from_pretrained(str(info.path.parent), gguf_file=info.path.name)
     first = fastload.load_tokenizer(info)
-    entry = fastload.tokenizer_cache_dir() / fastload.header_key(info)
-    assert (entry / "tokenizer.json").is_file()
+    entry = fastload.tokenizer_cache_file(info)
+    assert entry.is_file()
+    assert type(first) is type(reference)
     second = fastload.load_tokenizer(info)  # from the cache
     messages = [{"role": "user", "content": "Hi there"}]
     for tok in (first, second):
@@ -80,8 +81,8 @@ def test_damaged_tokenizer_cache_is_rebuilt(tiny_paths, tmp_path, monkeypatch, c
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     info = read_gguf_info(tiny_paths["qwen2-f32"])
     fastload.load_tokenizer(info)
-    entry = fastload.tokenizer_cache_dir() / fastload.header_key(info)
-    (entry / "tokenizer.json").write_text("{ not json")
+    entry = fastload.tokenizer_cache_file(info)
+    entry.write_bytes(b"not a pickle")
     with caplog.at_level(logging.WARNING):
         tokenizer = fastload.load_tokenizer(info)
     assert "rebuilding" in caplog.text
@@ -127,3 +128,9 @@ def test_demo_models_fast_equals_transformers(demo_path, key):
     info = read_gguf_info(path)
     assert fastload.can_fast_load(info)
     assert_same_model(fastload.build_model(info, torch.float32), _transformers_model(path))
+    ours = fastload.build_tokenizer(info)
+    reference = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    assert type(ours) is type(reference)
+    for text in SAMPLES:
+        assert ours.encode(text) == reference.encode(text)
+    assert ours.chat_template == reference.chat_template

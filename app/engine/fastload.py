@@ -20,10 +20,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
+import pickle
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import gguf
 import numpy as np
@@ -35,6 +35,7 @@ from transformers.initialization import no_init_weights
 from transformers.integrations.ggml import GGUF_CONFIG_DEFAULTS_MAPPING, GGUF_CONFIG_MAPPING
 from transformers.integrations.gguf import dequant as torch_dequant
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf_info import GGUFInfo
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 # Checked tensor for tensor against transformers' own GGUF load in tests/test_fastload.py.
 FAST_ARCHITECTURES = frozenset({"llama", "qwen2", "gemma3"})
 _MODEL_TYPE = {"gemma3": "gemma3_text"}  # GGUF holds only Gemma 3's text model
+# The embedding and output matrices: the largest tensors, and no architecture's processor
+# rewrites them, so they can be filled a block of rows at a time.
+_ROW_CHUNKED = frozenset({"token_embd.weight", "output.weight"})
+_CHUNK_ELEMENTS = 1 << 24
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 ProgressCallback = Callable[[str, float], None]
@@ -128,38 +133,67 @@ def load_weights(
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
 ) -> None:
-    """Fill `model`'s parameters from the file, in place, one tensor in flight at a time."""
+    """Fill `model`'s parameters from the file, in place, one tensor (or block of rows) in flight.
+
+    Tensors are read with plain reads rather than a memory map so that the file's pages do not
+    count against the process while it loads."""
     processor = gguf_utils.TENSOR_PROCESSORS.get(info.architecture, gguf_utils.TensorProcessor)(config=config)
     name_map = gguf_to_hf_names(model, info)
     params = dict(model.named_parameters(remove_duplicate=False))
     filled: set[str] = set()
-    # copy-on-write: torch wants writable arrays; the file is never written
-    blob = np.memmap(info.path, dtype=np.uint8, mode="c")
-    try:
+    with open(info.path, "rb") as handle:
         for index, tensor in enumerate(info.tensors):
             if cancel is not None and cancel():
                 raise LoadCancelled("loading cancelled")
             if progress is not None:
                 progress("reading weights", index / max(len(info.tensors), 1))
-            start = info.data_offset + tensor.offset
-            raw = np.asarray(blob[start : start + tensor.n_bytes])
-            values = _dequantize(raw, tensor.ggml_type, tensor.shape)
+            hf_name = name_map.get(tensor.name)
+            if tensor.name in _ROW_CHUNKED and hf_name in params:
+                _copy_rows(params[hf_name], handle, tensor, info)
+                filled.add(hf_name)
+                continue
+            values = _dequantize(_read(handle, info, tensor.offset, tensor.n_bytes), tensor.ggml_type, tensor.shape)
             result = processor.process(weights=values.numpy(), name=tensor.name,
                                        tensor_key_mapping=name_map, parsed_parameters={})
             hf_name = name_map.get(result.name)
             if hf_name is None or hf_name not in params:
                 continue  # e.g. rope_freqs.weight: applied separately (app.engine.rope)
-            target = params[hf_name]
-            weights = torch.as_tensor(np.asarray(result.weights))
-            if tuple(weights.shape) != tuple(target.shape):
-                raise ModelFileError(f"{info.path.name}: tensor {tensor.name} has shape "
-                                     f"{tuple(weights.shape)}, the model expects {tuple(target.shape)}")
-            with torch.no_grad():
-                target.copy_(weights)
+            _copy_into(params[hf_name], torch.as_tensor(np.asarray(result.weights)), tensor.name, info)
             filled.add(hf_name)
-    finally:
-        del blob
     _check_all_filled(model, filled, info)
+
+
+def _read(handle: BinaryIO, info: GGUFInfo, offset: int, n_bytes: int) -> np.ndarray:
+    """n_bytes of tensor data at `offset` (relative to the data section), as a writable array."""
+    buffer = bytearray(n_bytes)
+    handle.seek(info.data_offset + offset)
+    if handle.readinto(buffer) != n_bytes:
+        raise ModelFileError(f"{info.path.name}: the file ends inside its tensor data (truncated?)")
+    return np.frombuffer(buffer, dtype=np.uint8)
+
+
+def _copy_into(target: torch.Tensor, values: torch.Tensor, gguf_name: str, info: GGUFInfo) -> None:
+    if tuple(values.shape) != tuple(target.shape):
+        raise ModelFileError(f"{info.path.name}: tensor {gguf_name} has shape {tuple(values.shape)}, "
+                             f"the model expects {tuple(target.shape)}")
+    with torch.no_grad():
+        target.copy_(values)
+
+
+def _copy_rows(target: torch.Tensor, handle: BinaryIO, tensor, info: GGUFInfo) -> None:
+    """Read and dequantize a large matrix a block of rows at a time, straight into its parameter:
+    a 262k-token embedding would otherwise sit in memory once more as float32."""
+    if tuple(target.shape) != tuple(tensor.shape):
+        raise ModelFileError(f"{info.path.name}: tensor {tensor.name} has shape {tuple(tensor.shape)}, "
+                             f"the model expects {tuple(target.shape)}")
+    rows = tensor.shape[0]
+    row_bytes = tensor.n_bytes // rows
+    step = max(1, _CHUNK_ELEMENTS // max(tensor.n_elements // rows, 1))
+    with torch.no_grad():
+        for first in range(0, rows, step):
+            n = min(step, rows - first)
+            raw = _read(handle, info, tensor.offset + first * row_bytes, n * row_bytes)
+            target[first : first + n].copy_(_dequantize(raw, tensor.ggml_type, (n, *tensor.shape[1:])))
 
 
 def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) -> None:
@@ -205,30 +239,55 @@ def header_key(info: GGUFInfo) -> str:
     return digest.hexdigest()[:32]
 
 
+def tokenizer_cache_file(info: GGUFInfo) -> Path:
+    return tokenizer_cache_dir() / f"{header_key(info)}.pickle"
+
+
 def load_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
-    """The file's tokenizer, from the cache when it has been built before."""
-    entry = tokenizer_cache_dir() / header_key(info)
-    if (entry / "tokenizer.json").is_file():
+    """The file's tokenizer, from the cache when it has been built before.
+
+    The cache holds the built tokenizer pickled: unpickling is as fast as the Rust tokenizer's
+    own JSON loader, while `from_pretrained` on a saved folder re-parses that JSON in Python and
+    rebuilds the vocabulary (3x slower for Gemma's 262k tokens). The cache is the user's own
+    folder, keyed by transformers' version, and any unreadable entry is rebuilt."""
+    entry = tokenizer_cache_file(info)
+    if entry.is_file():
         try:
-            return AutoTokenizer.from_pretrained(str(entry), local_files_only=True)
+            with open(entry, "rb") as handle:
+                return pickle.load(handle)
         except Exception as exc:  # a damaged cache entry is rebuilt, never fatal
             log.warning("tokenizer cache %s unusable (%s); rebuilding", entry, exc)
-            shutil.rmtree(entry, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(info.path.parent), gguf_file=info.path.name,
-                                              local_files_only=True)
+            entry.unlink(missing_ok=True)
+    tokenizer = build_tokenizer(info)
     _save_tokenizer(tokenizer, entry)
     return tokenizer
 
 
+def build_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
+    """The tokenizer class AutoTokenizer would pick, built from the file by that class.
+
+    AutoTokenizer itself parses the whole header with gguf's slow reader only to learn the model
+    type (about 15 s for a 262k vocabulary); our config already knows it."""
+    class_name = TOKENIZER_MAPPING_NAMES.get(config_dict(info)["model_type"]) or "TokenizersBackend"
+    tokenizer_class = tokenizer_class_from_name(class_name)
+    if tokenizer_class is None:
+        return AutoTokenizer.from_pretrained(str(info.path.parent), gguf_file=info.path.name,
+                                             local_files_only=True)
+    return tokenizer_class.from_pretrained(str(info.path.parent), gguf_file=info.path.name,
+                                           local_files_only=True)
+
+
 def _save_tokenizer(tokenizer, entry: Path) -> None:
-    """Write to a temporary folder and rename it into place: a half-written entry never exists."""
+    """Write a temporary file and rename it into place: a half-written entry never exists."""
     staging: Path | None = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-        tokenizer.save_pretrained(str(staging))
+        handle, name = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+        staging = Path(name)
+        with os.fdopen(handle, "wb") as out:
+            pickle.dump(tokenizer, out, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(staging, entry)
-    except OSError as exc:  # a read-only or full cache (or a concurrent load) only costs speed
+    except (OSError, pickle.PicklingError) as exc:  # a read-only or full cache only costs speed
         log.warning("could not cache the tokenizer in %s: %s", entry, exc)
         if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+            staging.unlink(missing_ok=True)
