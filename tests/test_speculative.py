@@ -96,10 +96,26 @@ def test_draft_equal_to_main_is_always_accepted(tiny_loaded):
 def test_useless_draft_is_rarely_accepted(tiny_loaded):
     main = tiny_loaded("llama-f32")
     ids = main.tokenizer.encode(PROMPTS[1])
-    _, summary = run(main, ids, drafter_for("llama-other", tiny_loaded, main),
-                     max_new_tokens=40, draft_max=4, draft_p_min=0.0)
+    fixed = dict(max_new_tokens=40, draft_max=4, draft_p_min=0.0, adaptive_draft=False)
+    _, summary = run(main, ids, drafter_for("llama-other", tiny_loaded, main), **fixed)
     assert summary.n_drafted > 20
     assert summary.accept_rate < 0.2
+    # The adaptive schedule notices and mostly stops drafting; the output does not change.
+    _, adaptive = run(main, ids, drafter_for("llama-other", tiny_loaded, main), **{**fixed, "adaptive_draft": True})
+    assert adaptive.n_drafted < summary.n_drafted / 2
+    assert adaptive.tokens == summary.tokens
+
+
+def test_adaptive_schedule_keeps_drafting_what_is_accepted(tiny_loaded):
+    main = tiny_loaded("llama-f32")
+    ids = main.tokenizer.encode(PROMPTS[0])
+    _, same = run(main, ids, drafter_for("llama-f32", tiny_loaded, main), max_new_tokens=40, draft_max=8,
+                  draft_p_min=0.0)
+    assert same.accept_rate == 1.0
+    assert same.n_drafted >= 8  # the draft length itself follows measured times: see test_schedule
+    _, fixed = run(main, ids, drafter_for("llama-f32", tiny_loaded, main), max_new_tokens=40, draft_max=8,
+                   draft_p_min=0.0, adaptive_draft=False)
+    assert same.tokens == fixed.tokens
 
 
 def test_draft_p_min_stops_unsure_drafts(tiny_loaded):

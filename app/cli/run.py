@@ -102,8 +102,10 @@ def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[i
     return main.tokenizer.encode(text)
 
 
-def stream(events, color: bool, out=sys.stdout) -> RunSummary:
+def stream(events, color: bool, out=None) -> RunSummary:
     from app.engine.events import DoneEvent, StepEvent
+
+    out = out or sys.stdout  # looked up at call time: tests swap sys.stdout
 
     summary = None
     for event in events:
@@ -123,7 +125,8 @@ def colour_text(event: StepEvent) -> str:
     return f"{DRAFT_COLOUR}{event.text[:n_draft_chars]}{RESET}{event.text[n_draft_chars:]}"
 
 
-def print_summary(summary: RunSummary, draft_max: int, out=sys.stderr) -> None:
+def print_summary(summary: RunSummary, draft_max: int, out=None) -> None:
+    out = out or sys.stderr
     out.write(
         f"\nencoded {summary.n_prompt_evaluated:4d} tokens in {summary.prompt_s:8.3f} seconds, "
         f"speed: {summary.encode_tps:8.3f} t/s\n"

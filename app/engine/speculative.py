@@ -27,6 +27,7 @@ from app.engine.sampling import (
     sample,
     speculative_accept,
 )
+from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength
 from app.engine.stops import StopMatcher
 
 
@@ -41,6 +42,9 @@ class DecodeSettings:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_strings: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] | None = None  # None: the tokenizer's EOS
+    # Adapt the draft length to measured acceptance and cost (draft_max is then the ceiling);
+    # False drafts up to draft_max at every step, as llama.cpp does.
+    adaptive_draft: bool = True
 
 
 CancelCheck = Callable[[], bool]
@@ -123,6 +127,7 @@ def generate(
     detok = IncrementalDetokenizer(tokenizer, prompt_ids)
     stops = StopMatcher(settings.stop_strings)
     counters = _Counters()
+    schedule = (AdaptiveDraftLength if settings.adaptive_draft else FixedDraftLength)(settings.draft_max)
 
     t_start = time.monotonic()
     n_reused = min(common_prefix_length(main.ids, prompt_ids), len(prompt_ids) - 1)
@@ -177,11 +182,10 @@ def generate(
                 yield StepEvent((), (), tail, 0, 0, 0, 0.0, 0.0, time.monotonic())
             break
 
-        budget = min(
-            settings.draft_max,
+        budget = schedule.length(min(
             settings.max_new_tokens - len(generated) - 1,
             main.n_ctx - len(context) - 1,
-        )
+        ))
         t0 = time.monotonic()
         draft = drafter.propose(context, budget) if budget >= max(1, settings.draft_min) else Draft()
         if len(draft) < settings.draft_min or len(draft) > max(budget, 0):
@@ -192,6 +196,7 @@ def generate(
         n_accepted, token = verify(main, context[-1], draft, sampling, gen, accept_rule)
         t2 = time.monotonic()
         drafter.accept(n_accepted)
+        schedule.update(len(draft), n_accepted, t2 - t0)
         counters.add(len(draft), n_accepted)
         n_drafted = len(draft)
         new_tokens = [*draft.tokens[:n_accepted], token]

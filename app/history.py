@@ -1,0 +1,382 @@
+"""Chat history that is never lost: conversations in one SQLite file, saved as they stream.
+
+No Qt here, only the standard library's sqlite3, so the store is usable from the window, the
+command line and tests alike. Every write is its own committed transaction: a crash (even
+SIGKILL) right after `update_message` finds the text on reopen. The database runs in WAL mode
+with synchronous=NORMAL: a commit then costs an append to the WAL file and no fsync, which keeps
+a save per streamed delta cheap (about 50 µs); committed data survives the process dying, and
+only an operating-system crash or power loss can cost the last moments of a reply.
+
+A file that is not a readable database (corrupt, truncated, not SQLite) is moved aside to
+`<name>.corrupt-<timestamp>` with a warning, and a fresh history starts: the app never fails to
+start because of its history, and the damaged file is kept for the user to rescue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from app.engine.errors import SpeculaError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_IN_USE = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+ROLES = ("system", "user", "assistant")
+DEFAULT_TITLE = "New chat"
+TITLE_CHARS = 40
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS chats (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    system_prompt TEXT NOT NULL DEFAULT '',
+    settings TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL DEFAULT '',
+    draft_spans TEXT NOT NULL DEFAULT '[]',
+    stats TEXT,
+    complete INTEGER NOT NULL DEFAULT 1,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_chat ON messages (chat_id, id);
+"""
+
+
+class HistoryError(SpeculaError):
+    """The history cannot be read or written (missing chat, full disk, newer schema)."""
+
+
+@dataclass(frozen=True)
+class ChatRow:
+    id: int
+    title: str
+    created: float  # time.time() seconds
+    updated: float  # when a message was last added or written: the list is sorted by it
+    n_messages: int
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    id: int
+    chat_id: int
+    role: str  # "system" | "user" | "assistant"
+    content: str
+    draft_spans: tuple[tuple[int, int], ...]  # [start, end) char ranges of accepted draft text
+    stats: dict | None  # RunSummary.to_dict()-like numbers for the stats line
+    complete: bool  # False while streaming, and after a crash mid-reply
+    created: float
+
+
+def title_from(text: str) -> str:
+    """A chat title from its first user message: the first non-blank line, about 40 chars."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    if not line:
+        return DEFAULT_TITLE
+    if len(line) <= TITLE_CHARS:
+        return line
+    cut = line[:TITLE_CHARS]
+    # Break at a word when one ends in the last third, so titles do not end mid-word.
+    space = cut.rfind(" ")
+    if space > TITLE_CHARS * 2 // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:-") + "…"
+
+
+def _folded_contains(haystack: str | None, needle: str) -> int:
+    """Case-insensitive substring test for any script (SQLite's LIKE folds ASCII only)."""
+    return int(haystack is not None and needle in haystack.casefold())
+
+
+def _spans_to_json(spans: Iterable[Sequence[int]]) -> str:
+    pairs = [[int(start), int(end)] for start, end in spans]
+    return json.dumps(pairs, separators=(",", ":"))
+
+
+def _spans_from_json(text: str) -> tuple[tuple[int, int], ...]:
+    return tuple((int(start), int(end)) for start, end in json.loads(text or "[]"))
+
+
+def _to_json(value: dict | None) -> str | None:
+    # default=str: a stray non-JSON value (an enum, a Path) must not lose the message's text.
+    return None if value is None else json.dumps(value, default=str, separators=(",", ":"))
+
+
+class HistoryStore:
+    """All chats and their messages, in one SQLite file. Safe to call from the GUI thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        # One connection shared under a lock: the window writes from its thread, and a worker
+        # may read; sqlite3's own same-thread check would forbid that.
+        self._lock = threading.RLock()
+        self._db = self._open()
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HistoryError(f"cannot create the history folder {self.path.parent}: {exc.strerror}") from exc
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", None) in _IN_USE:
+                # Healthy but held by another process (a second Specula): never move it aside.
+                raise HistoryError(f"the history {self.path} is in use by another program") from exc
+            if not self.path.exists():
+                raise HistoryError(f"cannot open the history {self.path}: {exc}") from exc
+            aside = self._move_aside()
+            log.warning("history %s is unreadable (%s); moved it to %s and started a new one",
+                        self.path, exc, aside.name)
+            try:
+                return self._connect()
+            except sqlite3.DatabaseError as again:
+                raise HistoryError(f"cannot open the history {self.path}: {again}") from again
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: autocommit, so every statement outside BEGIN is committed at once.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            # quick_check reads every page header: it catches a damaged file now, at startup,
+            # rather than at the first write in the middle of a reply.
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            if verdict != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {verdict}")
+            db.executescript(_SCHEMA)
+            self._check_version(db)
+        except BaseException:
+            db.close()
+            raise
+        db.create_function("folded_contains", 2, _folded_contains, deterministic=True)
+        return db
+
+    def _check_version(self, db: sqlite3.Connection) -> None:
+        row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        if row[0] is None:
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif row[0] > SCHEMA_VERSION:
+            # Not corrupt, just newer: keep it untouched rather than moving the user's chats aside.
+            raise HistoryError(
+                f"the history {self.path} was written by a newer Specula (schema {row[0]}, "
+                f"this version reads {SCHEMA_VERSION}); update Specula to open it"
+            )
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        try:
+            self.path.replace(aside)
+            for suffix in ("-wal", "-shm"):  # journal files belong to the damaged database
+                journal = self.path.with_name(self.path.name + suffix)
+                if journal.exists():
+                    journal.replace(aside.with_name(aside.name + suffix))
+        except OSError as exc:
+            raise HistoryError(
+                f"the history {self.path} is unreadable and cannot be moved aside: {exc.strerror}"
+            ) from exc
+        return aside
+
+    # -- low-level helpers ---------------------------------------------------------------
+
+    def _read(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise HistoryError(f"cannot read the history {self.path.name}: {exc}") from exc
+
+    def _write(self, statements: Sequence[tuple[str, Sequence[Any] | dict[str, Any]]]) -> list[tuple[int, int]]:
+        """Run statements as one committed transaction; (lastrowid, rowcount) of each."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    done = []
+                    for sql, args in statements:
+                        cursor = self._db.execute(sql, args)
+                        done.append((cursor.lastrowid or 0, cursor.rowcount))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise HistoryError(f"cannot save to the history {self.path.name}: {exc}") from exc
+            return done
+
+    def _require_chat(self, chat_id: int) -> None:
+        if not self._read("SELECT 1 FROM chats WHERE id = ?", (chat_id,)):
+            raise HistoryError(f"there is no chat {chat_id} in the history")
+
+    # -- chats ---------------------------------------------------------------------------
+
+    def new_chat(self, title: str = DEFAULT_TITLE, system_prompt: str = "", settings: dict | None = None) -> int:
+        now = time.time()
+        [(chat_id, _)] = self._write([(
+            "INSERT INTO chats (title, created, updated, system_prompt, settings) VALUES (?, ?, ?, ?, ?)",
+            (" ".join(title.split()) or DEFAULT_TITLE, now, now, system_prompt, _to_json(settings or {})),
+        )])
+        return chat_id
+
+    def chat(self, chat_id: int) -> ChatRow | None:
+        rows = self._read(_CHAT_ROWS + " WHERE c.id = ?", (chat_id,))
+        return ChatRow(*rows[0]) if rows else None
+
+    def chats(self, search: str = "") -> list[ChatRow]:
+        """Newest first; `search` matches the title or any message's text, ignoring case."""
+        needle = search.strip().casefold()
+        if not needle:
+            rows = self._read(_CHAT_ROWS + _NEWEST_FIRST)
+        else:
+            rows = self._read(
+                _CHAT_ROWS
+                + " WHERE folded_contains(c.title, :q) OR EXISTS (SELECT 1 FROM messages m"
+                " WHERE m.chat_id = c.id AND folded_contains(m.content, :q))"
+                + _NEWEST_FIRST,
+                {"q": needle},
+            )
+        return [ChatRow(*row) for row in rows]
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        title = " ".join(title.split())
+        if not title:
+            raise HistoryError("a chat's title cannot be empty")
+        self._require_chat(chat_id)
+        self._write([("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))])
+
+    def delete_chat(self, chat_id: int) -> None:
+        """Delete the chat and its messages (deleting a chat that is gone already is no error)."""
+        self._write([("DELETE FROM chats WHERE id = ?", (chat_id,))])
+
+    def system_prompt(self, chat_id: int) -> str:
+        rows = self._read("SELECT system_prompt FROM chats WHERE id = ?", (chat_id,))
+        if not rows:
+            raise HistoryError(f"there is no chat {chat_id} in the history")
+        return rows[0][0]
+
+    def set_system_prompt(self, chat_id: int, text: str) -> None:
+        self._require_chat(chat_id)
+        self._write([("UPDATE chats SET system_prompt = ? WHERE id = ?", (text, chat_id))])
+
+    def chat_settings(self, chat_id: int) -> dict:
+        rows = self._read("SELECT settings FROM chats WHERE id = ?", (chat_id,))
+        if not rows:
+            raise HistoryError(f"there is no chat {chat_id} in the history")
+        return json.loads(rows[0][0] or "{}")
+
+    def set_chat_settings(self, chat_id: int, settings: dict) -> None:
+        self._require_chat(chat_id)
+        self._write([("UPDATE chats SET settings = ? WHERE id = ?", (_to_json(settings), chat_id))])
+
+    # -- messages ------------------------------------------------------------------------
+
+    def messages(self, chat_id: int) -> list[MessageRow]:
+        """The chat's messages in the order they were added (an unknown chat has none)."""
+        rows = self._read(
+            "SELECT id, chat_id, role, content, draft_spans, stats, complete, created"
+            " FROM messages WHERE chat_id = ? ORDER BY id",
+            (chat_id,),
+        )
+        return [
+            MessageRow(
+                id=row[0], chat_id=row[1], role=row[2], content=row[3],
+                draft_spans=_spans_from_json(row[4]),
+                stats=None if row[5] is None else json.loads(row[5]),
+                complete=bool(row[6]), created=row[7],
+            )
+            for row in rows
+        ]
+
+    def add_message(self, chat_id: int, role: str, content: str = "", complete: bool = True) -> int:
+        if role not in ROLES:
+            raise HistoryError(f"a message's role must be one of {', '.join(ROLES)}, not {role!r}")
+        self._require_chat(chat_id)
+        now = time.time()
+        (message_id, _), _ = self._write([
+            ("INSERT INTO messages (chat_id, role, content, complete, created) VALUES (?, ?, ?, ?, ?)",
+             (chat_id, role, content, int(complete), now)),
+            ("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id)),
+        ])
+        return message_id
+
+    def update_message(
+        self,
+        message_id: int,
+        content: str,
+        *,
+        draft_spans: Iterable[Sequence[int]] | None = None,
+        stats: dict | None = None,
+        complete: bool | None = None,
+    ) -> None:
+        """Replace the message's text (and, when given, its spans, stats and completeness)."""
+        sets, args = ["content = ?"], [content]
+        if draft_spans is not None:
+            sets.append("draft_spans = ?")
+            args.append(_spans_to_json(draft_spans))
+        if stats is not None:
+            sets.append("stats = ?")
+            args.append(_to_json(stats))
+        if complete is not None:
+            sets.append("complete = ?")
+            args.append(int(complete))
+        (_, n_updated), _ = self._write([
+            (f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id)),
+            ("UPDATE chats SET updated = ? WHERE id = (SELECT chat_id FROM messages WHERE id = ?)",
+             (time.time(), message_id)),
+        ])
+        if n_updated == 0:
+            raise HistoryError(f"there is no message {message_id} in the history")
+
+    def delete_from(self, chat_id: int, message_id: int) -> None:
+        """Delete that message and every later one of the chat (regenerate, edit and resend)."""
+        # Only when the message is this chat's: a stale id must not cut another conversation.
+        self._write([(
+            "DELETE FROM messages WHERE chat_id = :chat AND id >= "
+            "(SELECT id FROM messages WHERE id = :message AND chat_id = :chat)",
+            {"chat": chat_id, "message": message_id},
+        )])
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                # Fold the WAL back into the main file so a copied history is one whole file.
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                log.warning("history checkpoint failed: %s", exc)
+            self._db.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_CHAT_ROWS = (
+    "SELECT c.id, c.title, c.created, c.updated,"
+    " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id) FROM chats c"
+)
+_NEWEST_FIRST = " ORDER BY c.updated DESC, c.id DESC"

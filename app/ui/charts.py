@@ -1,0 +1,375 @@
+"""Live charts of one reply (pyqtgraph): tokens/s, acceptance rate, acceptance by draft position.
+
+Fed with app.engine.events.StepEvent as the reply streams. `add_step` only appends to bounded
+buffers and marks the charts dirty; a single-shot QTimer redraws at most `redraw_hz` times a
+second, and only when something changed, so a fast model never makes the window draw per token.
+
+Tokens per second of a step is its tokens divided by the *wall time since the previous step's
+timestamp*, not by draft_s + verify_s: the wall time also counts detokenizing, stop-string checks
+and the loop's own overhead, so it is the speed the user actually sees text arrive at. The first
+step (the token sampled from the prompt pass) has no previous step; its time is the time to first
+token, shown in the stats line, and it is not drawn as a speed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
+
+from app.engine.errors import SpeculaError
+from app.engine.events import StepEvent
+from app.ui.format import stats_line
+
+__all__ = ["LiveCharts", "stats_line"]  # stats_line: the line under a reply, re-exported here
+
+ROLLING_STEPS = 8  # the rolling curves average over the last 8 steps
+MAX_POSITIONS = 64  # draft positions counted (llama.cpp's draft max is 16 by default)
+
+# Mid-tone colours that read on a dark and on a light background alike.
+SPEED = QColor("#3d8bfd")
+ACCEPT = QColor("#20a46b")
+BARS = QColor("#8a63d2")
+
+
+class LiveCharts(QWidget):
+    """Three small plots for the reply being generated, stacked vertically by default."""
+
+    def __init__(self, parent: QWidget | None = None, max_points: int = 2000, redraw_hz: float = 15.0,
+                 orientation: Qt.Orientation = Qt.Orientation.Vertical) -> None:
+        super().__init__(parent)
+        self.max_points = max_points
+        self._tps: deque[tuple[float, float]] = deque(maxlen=max_points)
+        self._rolling_tps: deque[tuple[float, float]] = deque(maxlen=max_points)
+        self._acceptance: deque[tuple[float, float]] = deque(maxlen=max_points)
+        self._cumulative: deque[tuple[float, float]] = deque(maxlen=max_points)
+        self._recent_steps: deque[tuple[float, int]] = deque(maxlen=ROLLING_STEPS + 1)
+        self._recent_drafts: deque[tuple[int, int]] = deque(maxlen=ROLLING_STEPS)
+        self._drafted_at: list[int] = []
+        self._accepted_at: list[int] = []
+        self._reference: float | None = None
+        self._dirty = False
+        self.redraw_count = 0  # for tests and the self-test: how many times the charts were drawn
+
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(max(1, round(1000 / redraw_hz)))
+        self._timer.timeout.connect(self.redraw)
+
+        direction = (QBoxLayout.Direction.TopToBottom if orientation == Qt.Orientation.Vertical
+                     else QBoxLayout.Direction.LeftToRight)
+        layout = QBoxLayout(direction, self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        self._speed_plot = self._make_plot("tok/s", "time (s)")
+        self._accept_plot = self._make_plot("%", "time (s)")
+        self._position_plot = self._make_plot("%", "draft position")
+        for plot in (self._speed_plot, self._accept_plot, self._position_plot):
+            layout.addWidget(plot)
+        self._build_items()
+        self._apply_theme()
+        self.reset()
+
+    # -- construction --------------------------------------------------------------------
+
+    def _make_plot(self, left: str, bottom: str) -> pg.PlotWidget:
+        plot = pg.PlotWidget()
+        plot.setMinimumSize(160, 120)
+        item = plot.getPlotItem()
+        item.setMouseEnabled(False, False)  # a live chart: no accidental pan/zoom
+        item.setMenuEnabled(False)
+        item.hideButtons()
+        item.showGrid(x=False, y=True, alpha=0.15)
+        item.setLabel("left", left)
+        item.setLabel("bottom", bottom)
+        for side in ("left", "bottom"):
+            # The grid is drawn by the axes across the whole plot, so every new point would
+            # repaint their text (most of a redraw's cost); cached, they repaint only when
+            # their range changes, which the round ranges of _fit_ranges keep rare.
+            item.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        return plot
+
+    def _build_items(self) -> None:
+        speed = self._speed_plot.getPlotItem()
+        self._tps_scatter = pg.ScatterPlotItem(size=5, pen=None)
+        self._rolling_curve = pg.PlotDataItem()
+        speed.addItem(self._tps_scatter)
+        speed.addItem(self._rolling_curve)
+        self._reference_line = pg.InfiniteLine(angle=0, movable=False, label="no draft {value:.1f} tok/s",
+                                               labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
+        speed.addItem(self._reference_line, ignoreBounds=True)
+        self._reference_line.hide()
+
+        accept = self._accept_plot.getPlotItem()
+        self._accept_curve = pg.PlotDataItem()
+        self._cumulative_curve = pg.PlotDataItem()
+        accept.addItem(self._accept_curve)
+        accept.addItem(self._cumulative_curve)
+        accept.setYRange(0, 100, padding=0.02)
+        accept.setXLink(self._speed_plot.getPlotItem())  # the two time plots share their x axis
+
+        self._bars = pg.BarGraphItem(x=[], height=[], width=0.7)
+        self._position_plot.getPlotItem().addItem(self._bars)
+        self._position_plot.getPlotItem().setYRange(0, 100, padding=0.02)
+
+    def _apply_theme(self) -> None:
+        """Follow the window's palette, so a dark and a light theme both read well."""
+        palette = self.palette()
+        background = palette.color(QPalette.ColorRole.Base)
+        text = palette.color(QPalette.ColorRole.WindowText)
+        muted = QColor(text)
+        muted.setAlpha(110)
+        for plot in (self._speed_plot, self._accept_plot, self._position_plot):
+            plot.setBackground(background)
+            item = plot.getPlotItem()
+            for side in ("left", "bottom"):
+                axis = item.getAxis(side)
+                axis.setPen(pg.mkPen(muted))
+                axis.setTextPen(pg.mkPen(text))
+                axis.label.setDefaultTextColor(text)
+        self._set_titles()
+        faint = QColor(SPEED)
+        faint.setAlpha(110)
+        self._tps_scatter.setBrush(pg.mkBrush(faint))
+        self._rolling_curve.setPen(pg.mkPen(SPEED, width=2.2))
+        self._reference_line.setPen(pg.mkPen(text, width=1.2, style=Qt.PenStyle.DashLine))
+        self._reference_line.label.setColor(text)
+        self._accept_curve.setPen(pg.mkPen(ACCEPT, width=2.2))
+        self._cumulative_curve.setPen(pg.mkPen(muted, width=1.5, style=Qt.PenStyle.DashLine))
+        bar = QColor(BARS)
+        bar.setAlpha(210)
+        self._bars.setOpts(brush=pg.mkBrush(bar), pen=pg.mkPen(None))
+
+    def _set_titles(self) -> None:
+        """Titles that double as legends: a legend box inside a plot would hide data."""
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        muted = _css(text, 0.6)
+        speed = f"{_key(SPEED.name(), '●')} per step {_key(SPEED.name(), '━')} rolling"
+        if self._reference is not None:
+            speed += f" {_key(muted, '┄')} no draft"
+        accept = f"{_key(ACCEPT.name(), '━')} last {ROLLING_STEPS} steps {_key(muted, '┄')} whole reply"
+        titles = {
+            self._speed_plot: _title("Tokens per second", speed),
+            self._accept_plot: _title("Acceptance rate", accept),
+            self._position_plot: _title("Acceptance by draft position", ""),
+        }
+        for plot, title in titles.items():
+            plot.getPlotItem().setTitle(title, color=text.name(), size="10pt")
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._apply_theme()
+        super().changeEvent(event)
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def reset(self, start_time: float | None = None) -> None:
+        """Clear the charts for a new reply; start_time is time.monotonic() when it was requested."""
+        for buffer in (self._tps, self._rolling_tps, self._acceptance, self._cumulative,
+                       self._recent_steps, self._recent_drafts):
+            buffer.clear()
+        self._drafted_at.clear()
+        self._accepted_at.clear()
+        self._origin = start_time  # x = 0; the first step's timestamp when not given
+        self._previous: float | None = None
+        self._carried = 0  # tokens of a step that had the previous step's timestamp
+        self._total_drafted = self._total_accepted = 0
+        self._ranges: dict = {}  # the axis ranges last set, to set them only when they change
+        self._timer.stop()
+        self.redraw()
+
+    def add_step(self, event: StepEvent) -> None:
+        """Record one verify step. Cheap: no drawing here (the timer redraws)."""
+        if not event.tokens:
+            return  # a text-only tail after cancellation: no work of the model
+        if self._origin is None:
+            self._origin = event.timestamp
+        t = event.timestamp - self._origin
+        self._add_speed(event.timestamp, t, len(event.tokens))
+        if event.n_drafted > 0:
+            self._add_acceptance(t, event.n_drafted, event.n_accepted)
+        self._dirty = True
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def _add_speed(self, timestamp: float, t: float, n_tokens: int) -> None:
+        previous = self._previous
+        if previous is None:
+            self._previous = timestamp
+            self._recent_steps.append((timestamp, n_tokens))
+            return  # the first token: its latency is TTFT, not a decoding speed
+        if timestamp <= previous:
+            self._carried += n_tokens  # a clock tie would be an infinite speed: count it next step
+            return
+        n_tokens, self._carried, self._previous = n_tokens + self._carried, 0, timestamp
+        dt = timestamp - previous
+        self._tps.append((t, n_tokens / dt))
+        self._recent_steps.append((timestamp, n_tokens))
+        # Rolling speed = tokens of the last steps / the time they took (not a mean of rates,
+        # which would overweight fast steps).
+        first_time = self._recent_steps[0][0]
+        tokens = sum(n for _, n in list(self._recent_steps)[1:])
+        if timestamp > first_time:
+            self._rolling_tps.append((t, tokens / (timestamp - first_time)))
+
+    def _add_acceptance(self, t: float, n_drafted: int, n_accepted: int) -> None:
+        self._recent_drafts.append((n_drafted, n_accepted))
+        drafted = sum(d for d, _ in self._recent_drafts)
+        accepted = sum(a for _, a in self._recent_drafts)
+        self._acceptance.append((t, accepted / drafted))
+        self._total_drafted += n_drafted
+        self._total_accepted += n_accepted
+        self._cumulative.append((t, self._total_accepted / self._total_drafted))
+        for i in range(min(n_drafted, MAX_POSITIONS)):
+            if i == len(self._drafted_at):
+                self._drafted_at.append(0)
+                self._accepted_at.append(0)
+            self._drafted_at[i] += 1
+            self._accepted_at[i] += int(i < n_accepted)
+
+    def set_reference_tps(self, tps: float | None) -> None:
+        """The no-draft speed of this pair as a dashed line (None hides it)."""
+        self._reference = tps if tps and tps > 0 else None
+        if self._reference is None:
+            self._reference_line.hide()
+        else:
+            # Show before setting: a hidden line's label ignores value changes.
+            self._reference_line.show()
+            self._reference_line.setValue(self._reference)
+            self._reference_line.label.valueChanged()
+        self._set_titles()
+        self._fit_ranges()
+
+    # -- drawing -------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        """Draw the buffers (the timer calls this; public for tests and save_png)."""
+        self._dirty = False
+        self.redraw_count += 1
+        _set_points(self._tps_scatter, self._tps)
+        _set_points(self._rolling_curve, self._rolling_tps)
+        self._fit_ranges()
+        _set_points(self._accept_curve, self._acceptance, scale=100.0)
+        _set_points(self._cumulative_curve, self._cumulative, scale=100.0)
+        self._draw_bars()
+
+    def _fit_ranges(self) -> None:
+        """Set the axes' ranges by hand, on round numbers.
+
+        Round ranges change rarely, and an axis is re-rendered (its text is the costly part of
+        a redraw) only when its range changes. y of the speed plot starts at 0; its top is the
+        rolling curve's or the reference's maximum, or the 90th percentile of the per-step
+        points if higher: a few steps that accept a long draft in one forward (10x the typical
+        rate) would otherwise squash the curve flat; rarer spikes go off the top. Autorange
+        would also ignore the reference line, which is not data."""
+        per_step = sorted(y for _, y in self._tps)
+        typical = per_step[int(0.9 * (len(per_step) - 1))] if per_step else 0.0
+        rolling = max((y for _, y in self._rolling_tps), default=0.0)
+        top = _nice_ceiling(1.1 * max(typical, rolling, self._reference or 0.0, 1.0))
+        self._set_range("y", self._speed_plot, (0.0, top))
+        times = [x for x, _ in self._tps] + [x for x, _ in self._acceptance]
+        if times:
+            first, last = min(times), max(times)
+            step = _nice_ceiling(max(last - first, 0.5) / 5)
+            start = step * math.floor(first / step)
+            self._set_range("x", self._speed_plot, (start, start + _nice_ceiling(last - start)))
+        else:
+            self._set_range("x", self._speed_plot, (0.0, 5.0))
+
+    def _set_range(self, axis: str, plot: pg.PlotWidget, bounds: tuple[float, float]) -> None:
+        key = (axis, id(plot))
+        if self._ranges.get(key) != bounds:
+            self._ranges[key] = bounds
+            if axis == "x":
+                plot.getPlotItem().setXRange(*bounds, padding=0)
+            else:
+                plot.getPlotItem().setYRange(*bounds, padding=0)
+
+    def _draw_bars(self) -> None:
+        rates = self.acceptance_by_position()
+        positions = list(range(1, len(rates) + 1))
+        self._bars.setOpts(x=positions, height=[100.0 * r for r in rates], width=0.7)
+        n = max(len(rates), 4)
+        if self._ranges.get("positions") != n:  # re-render the axis only when it grows
+            self._ranges["positions"] = n
+            item = self._position_plot.getPlotItem()
+            item.setXRange(0.4, n + 0.6, padding=0)
+            step = 1 if n <= 16 else 2 if n <= 32 else 4
+            item.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, n + 1, step)]])
+
+    def save_png(self, path: str | Path) -> None:
+        """The three plots as one PNG, as they look now (written whole or not at all)."""
+        path = Path(path)
+        if self._dirty:
+            self.redraw()
+        pixmap = self.grab()
+        partial = path.with_name(path.name + ".part")
+        if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
+            partial.unlink(missing_ok=True)
+            raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
+        os.replace(partial, path)
+
+    # -- read-only views (tests, export) -------------------------------------------------
+
+    def tps_points(self) -> list[tuple[float, float]]:
+        return list(self._tps)
+
+    def rolling_tps_points(self) -> list[tuple[float, float]]:
+        return list(self._rolling_tps)
+
+    def acceptance_points(self) -> list[tuple[float, float]]:
+        """(t, rolling acceptance rate 0..1) per step that had drafts."""
+        return list(self._acceptance)
+
+    def cumulative_acceptance_points(self) -> list[tuple[float, float]]:
+        return list(self._cumulative)
+
+    def acceptance_by_position(self) -> list[float]:
+        """Accepted / drafted at each draft position (0..1), as llama.cpp counts them."""
+        return [a / d if d else 0.0 for a, d in zip(self._accepted_at, self._drafted_at)]
+
+    def drafted_by_position(self) -> list[int]:
+        return list(self._drafted_at)
+
+    def accepted_by_position(self) -> list[int]:
+        return list(self._accepted_at)
+
+    def is_dirty(self) -> bool:
+        return self._dirty
+
+
+def _css(colour: QColor, alpha: float) -> str:
+    return f"rgba({colour.red()},{colour.green()},{colour.blue()},{alpha})"
+
+
+def _key(colour: str, symbol: str) -> str:
+    return f"<span style='color:{colour}'>{symbol}</span>"
+
+
+def _title(name: str, legend: str) -> str:
+    if not legend:
+        return name
+    return f"{name}&nbsp;&nbsp;<span style='font-size:8pt'>{legend}</span>"
+
+
+def _nice_ceiling(value: float) -> float:
+    """The smallest round number >= value (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k)."""
+    if value <= 0:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    for mantissa in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if mantissa * scale >= value * (1 - 1e-9):
+            return mantissa * scale
+    return 10.0 * scale
+
+
+def _set_points(item: pg.GraphicsObject, points: deque[tuple[float, float]], scale: float = 1.0) -> None:
+    xs = [x for x, _ in points]
+    ys = [y * scale for _, y in points]
+    item.setData(x=xs, y=ys)

@@ -1,0 +1,86 @@
+"""Short human-readable strings for the window: the stats line under a reply, relative times.
+
+Plain Python (no Qt, no torch) so they are trivially testable and reusable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping
+
+# How a reply ended, when it was not the model's own choice (eos or a stop string).
+_ENDINGS = {"cancelled": "stopped", "length": "token limit", "context": "context full"}
+
+
+def _number(summary: Mapping[str, Any], key: str) -> float | None:
+    """summary[key] as a finite number, or None (stats saved by an older version may lack keys)."""
+    value = summary.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+def _decode_tps(summary: Mapping[str, Any]) -> float | None:
+    tps = _number(summary, "decode_tps")
+    if tps is not None:
+        return tps
+    n, seconds = _number(summary, "n_predicted"), _number(summary, "decode_s")
+    return (n - 1) / seconds if n is not None and n > 1 and seconds else None
+
+
+def stats_line(summary: Mapping[str, Any]) -> str:
+    """'42.1 tok/s · TTFT 0.31 s · drafted 120 / accepted 84 (70%) · mean accepted 3.2'.
+
+    `summary` is RunSummary.to_dict() (or the same numbers as saved in the history); missing
+    numbers are left out rather than shown as zeros.
+    """
+    parts = []
+    tps = _decode_tps(summary)
+    if tps is not None:
+        parts.append(f"{tps:.1f} tok/s")
+    ttft = _number(summary, "ttft_s")
+    if ttft is not None:
+        parts.append(f"TTFT {_seconds(ttft)}")
+    drafted, accepted = _number(summary, "n_drafted"), _number(summary, "n_accepted")
+    if drafted and accepted is not None:
+        parts.append(f"drafted {drafted:.0f} / accepted {accepted:.0f} ({accepted / drafted:.0%})")
+        mean = _number(summary, "mean_accepted_length")
+        if mean is not None:
+            parts.append(f"mean accepted {mean:.1f}")
+    elif drafted == 0:
+        parts.append("no drafts")
+    ending = _ENDINGS.get(str(summary.get("stop_reason", "")))
+    if ending:
+        parts.append(ending)
+    return " · ".join(parts)
+
+
+def relative_time(timestamp: float, now: float | None = None) -> str:
+    """'just now', '5 min ago', '3 h ago', 'yesterday', 'Tue', '12 Mar', '12 Mar 2024'."""
+    now = time.time() if now is None else now
+    age = now - timestamp
+    if age < 60:
+        return "just now"
+    if age < 3600:
+        return f"{int(age // 60)} min ago"
+    then, today = time.localtime(timestamp), time.localtime(now)
+    days = (_day_number(today) - _day_number(then))
+    if days == 0:
+        return f"{int(age // 3600)} h ago"
+    if days == 1:
+        return "yesterday"
+    if days < 7:
+        return time.strftime("%a", then)
+    if then.tm_year == today.tm_year:
+        return f"{then.tm_mday} {time.strftime('%b', then)}"
+    return f"{then.tm_mday} {time.strftime('%b %Y', then)}"
+
+
+def _day_number(moment: time.struct_time) -> int:
+    """Calendar days since the epoch in local time (for 'yesterday' across midnight)."""
+    return int(time.mktime((moment.tm_year, moment.tm_mon, moment.tm_mday, 12, 0, 0, 0, 0, -1)) // 86400)

@@ -1,0 +1,66 @@
+"""The adaptive draft length: the expected-throughput model and how it reacts to what it sees."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, expected_tokens
+
+
+def test_expected_tokens_is_the_geometric_mean_run():
+    assert expected_tokens(0.0, 8) == 1.0
+    assert expected_tokens(1.0, 8) == 9.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+@pytest.mark.parametrize("alpha, slope, lo, hi", [
+    (0.02, 0.08, 0, 0),    # almost nothing accepted: drafting costs more than it brings
+    (0.5, 0.08, 2, 4),
+    (0.95, 0.08, 10, 16),  # nearly everything accepted: draft long
+    (0.95, 1.0, 0, 3),     # a draft model as costly as the main one barely pays
+])
+def test_best_length(alpha, slope, lo, hi):
+    assert lo <= best_length(alpha, slope, 16) <= hi
+
+
+def test_best_length_respects_the_ceiling():
+    assert best_length(0.99, 0.01, 5) == 5
+    assert best_length(0.99, 0.01, 0) == 0
+
+
+def test_adaptive_grows_on_acceptance_and_shrinks_on_rejection():
+    schedule = AdaptiveDraftLength(16)
+    start = schedule.length(100)
+    for _ in range(20):
+        k = schedule.length(100)
+        schedule.update(k, k, 0.010 + 0.0005 * k)  # everything accepted, drafting cheap
+    grown = schedule.length(100)
+    assert grown > start and grown >= 12
+    for _ in range(20):
+        k = schedule.length(100)
+        schedule.update(k, 0, 0.010 + 0.0005 * k)  # nothing accepted
+    assert schedule.alpha < 0.2
+    assert schedule.length(100) <= 1
+
+
+def test_idle_schedule_probes_now_and_then():
+    schedule = AdaptiveDraftLength(16)
+    for _ in range(30):
+        k = schedule.length(100)
+        schedule.update(k, 0, 0.010 + 0.005 * k)  # nothing accepted, drafting costly
+    lengths = [schedule.length(100) for _ in range(8)]
+    assert lengths.count(0) >= 6 and 1 in lengths  # idle, with an occasional one-token probe
+
+
+def test_measured_cost_shortens_drafts():
+    cheap, costly = AdaptiveDraftLength(16), AdaptiveDraftLength(16)
+    for k in [1, 2, 4, 8, 3, 6, 1, 5] * 3:  # same acceptance, different cost per drafted token
+        cheap.update(k, max(k - 1, 0), 0.010 + 0.0002 * k)
+        costly.update(k, max(k - 1, 0), 0.010 + 0.0100 * k)
+    assert costly.length(100) < cheap.length(100)
+
+
+def test_fixed_is_llama_cpp():
+    schedule = FixedDraftLength(16)
+    schedule.update(16, 0, 1.0)
+    assert schedule.length(100) == 16 and schedule.length(3) == 3
