@@ -35,12 +35,12 @@ def test_adaptive_grows_on_acceptance_and_shrinks_on_rejection():
         k = schedule.length(100)
         schedule.update(k, k, 0.010 + 0.0005 * k)  # everything accepted, drafting cheap
     grown = schedule.length(100)
-    assert grown > start and grown >= 12
+    assert grown > start and grown >= 10
     for _ in range(20):
         k = schedule.length(100)
         schedule.update(k, 0, 0.010 + 0.0005 * k)  # nothing accepted
     assert schedule.alpha < 0.2
-    assert schedule.length(100) <= 1
+    assert schedule.length(100) <= 3
 
 
 def test_idle_schedule_probes_now_and_then():

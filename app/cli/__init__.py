@@ -6,6 +6,7 @@ Flags follow llama.cpp's names so that a llama.cpp user recognises them at once.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -37,10 +38,12 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
         parser.add_argument("--draft-max", "--draft", type=int, default=16, help="most tokens drafted per step (default 16)")
         parser.add_argument("--draft-min", type=int, default=0, help="draft nothing when fewer than this would be drafted (default 0)")
         parser.add_argument("--draft-p-min", type=float, default=0.75, help="stop drafting when the draft's top probability is below this (default 0.75)")
+        parser.add_argument("--draft-fixed", action="store_true", help="always draft up to --draft-max, as llama.cpp does (default: adapt the length to the measured acceptance and cost, --draft-max as the ceiling)")
 
 
-def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8) -> None:
-    parser.add_argument("-n", "--n-predict", type=int, default=256, help="most tokens to generate (default 256)")
+def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_predict: int = 256,
+                       n_predict_help: str = "most tokens to generate (default 256)") -> None:
+    parser.add_argument("-n", "--n-predict", type=int, default=n_predict, help=n_predict_help)
     parser.add_argument("--temp", type=float, default=temp, help=f"temperature; 0 = greedy (default {temp})")
     parser.add_argument("--top-k", type=int, default=40, help="keep the k most likely tokens (0 = off, default 40)")
     parser.add_argument("--top-p", type=float, default=0.95, help="keep the smallest set with this probability mass (1 = off, default 0.95)")
@@ -49,22 +52,26 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_args, info, run
+    from app.cli import bench_args, hub, info, run, serve
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens to stderr")
+    parser.add_argument("--self-test", metavar="OUT.png", help="open the window offscreen, run one speculative reply on the demo model, save a screenshot, exit 0 if all went well")
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     run.register(sub)
     info.register(sub)
     bench_args.register(sub)
+    hub.register(sub)
+    sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())
+    serve.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        argv = ["demo"]  # the main job until the window exists
+        argv = ["gui"]  # the window is the main job
     verbose = "-v" in argv or "--verbose" in argv
     if not verbose:
         # transformers' warnings and progress bars are noise on a user's terminal; set before
@@ -78,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if args.self_test:
+        return open_window(args.self_test)
     if args.command is None:
         parser.print_help()
         return 2
@@ -93,3 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specula: interrupted", file=sys.stderr)
         return 130
+
+
+def open_window(self_test: str | None = None) -> int:
+    """The window lives in app.ui, which imports Qt: the command line reaches it by name, so that
+    app.cli itself stays Qt-free (the import contract in pyproject.toml) and starts fast."""
+    return importlib.import_module("app.ui.launch").run_window(self_test)

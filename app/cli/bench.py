@@ -70,6 +70,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     settings = DecodeSettings(
         max_new_tokens=args.n_predict, draft_max=args.draft_max, draft_min=args.draft_min,
         draft_p_min=args.draft_p_min, sampling=SamplingParams(temperature=0.0),
+        adaptive_draft=not args.draft_fixed,
     )
     drafters = {NONE: make_drafter(main, NONE), LOOKUP: make_drafter(main, LOOKUP)}
     draft_model = None
@@ -77,7 +78,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         drafter = load_drafter(args, main)
         drafters[drafter.name] = drafter
         draft_model = drafter.draft.model
-    print(f"# {main.name} on {main.plan.describe()}, greedy, n={args.n_predict}, draft-max={args.draft_max}, "
+    print(f"# {main.name} on {main.plan.describe()}, greedy, n={args.n_predict}, draft-max={args.draft_max} "
+          f"({'fixed' if args.draft_fixed else 'adaptive'}), "
           f"torch threads={torch.get_num_threads()}")
     # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
     # drafter once on a short reply before timing anything.
@@ -90,8 +92,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
         ids = _prompt_ids(main, PROMPTS[category])
         baseline_tokens, baseline_s = None, None
-        for name, drafter in drafters.items():
-            tokens, seconds, summary = _ours(main, drafter, ids, settings)
+        for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep):
+            tokens, seconds, summary = _ours(main, drafter, ids, run_settings)
             if baseline_tokens is None:
                 baseline_tokens, baseline_s = tokens, seconds
             rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s,
@@ -109,6 +111,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([asdict(r) for r in rows], handle, indent=2)
     return 0
+
+
+def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
+    """(row name, drafter, settings): each drafter with the adaptive length, and with a fixed
+    length for every value of --draft-sweep (llama.cpp's fixed --draft-max)."""
+    lengths = [int(v) for v in sweep.split(",") if v.strip()] if sweep else []
+    for name, drafter in drafters.items():
+        yield name, drafter, settings
+        if name == NONE:
+            continue
+        for k in lengths:
+            fixed = DecodeSettings(**{**settings.__dict__, "draft_max": k, "adaptive_draft": False})
+            yield f"{name} fixed {k}", drafter, fixed
 
 
 def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc) -> BenchRow:

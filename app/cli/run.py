@@ -69,6 +69,7 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
         draft_max=args.draft_max,
         draft_min=args.draft_min,
         draft_p_min=args.draft_p_min,
+        adaptive_draft=not getattr(args, "draft_fixed", False),
         sampling=sampling,
     )
 

@@ -3,14 +3,14 @@
 Drafting k tokens pays when the tokens they are expected to add outweigh what feeding k more
 tokens to the main model's verify forward costs. Both sides are measured while generating:
 
-- the acceptance probability per drafted token, alpha, as the maximum-likelihood estimate of a
-  geometric run (accepted tokens over accepted tokens plus rejections), older trials decaying
-  per trial so that a long accepted run is forgotten as fast as a string of rejections;
+- the acceptance probability of each draft position given that the earlier ones were accepted
+  (acceptance is bursty: inside a copied passage the next token is far likelier to be accepted
+  than the first), from decayed counts so that the estimate follows the text;
 - the cost of a step (drafting plus verifying) as a line, seconds = a + b * k for k drafted
   tokens, fitted by decayed least squares (a draft model makes b large, prompt lookup small).
 
-A step with k drafts yields on average E(k) = (1 - alpha^(k+1)) / (1 - alpha) tokens for a cost
-a + b * k; the schedule picks the k <= draft_max that maximises E(k) / c(k)
+A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product of the first j
+rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost a + b * k; the schedule picks the k <= draft_max that maximises E(k) / c(k)
 (the objective of Leviathan et al. 2023, section 3.4, with the cost measured instead of assumed).
 When drafting does not pay it drafts nothing, but still probes with one token every few steps so
 that a copy-heavy stretch of text is noticed. The draft length never changes what is generated,
@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Protocol
 
 _DECAY = 0.9  # weight of the previous cost estimate per step: about the last 10 steps count
-_TRIAL_DECAY = 0.85  # weight of the previous acceptance counts per judged draft token
+_TRIAL_DECAY = 0.85  # weight of the previous acceptance counts per drafting step
 _PROBE_EVERY = 4  # steps between one-token probes while drafting does not pay
-_PRIOR_ALPHA = (0.5, 0.5)  # pseudo-counts (accepted, rejected), never decayed: alpha stays off 0 and 1
+_PRIOR_ALPHA = (0.25, 0.25)  # pseudo-counts (accepted, rejected), never decayed: rates stay off 0 and 1
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
 
 
@@ -54,17 +54,26 @@ class AdaptiveDraftLength:
 
     def __init__(self, draft_max: int) -> None:
         self.draft_max = draft_max
-        self.accepted = self.rejected = 0.0
+        # Per draft position i: decayed counts of "reached" (every earlier draft accepted) and
+        # "accepted". Acceptance is bursty - once a copied passage starts, the next tokens are
+        # far more likely to be accepted than the first - so each position has its own rate.
+        self.reached = [0.0] * draft_max
+        self.accepted = [0.0] * draft_max
         self._fit = _DecayedLine()
         self._idle_steps = 0
 
+    def rates(self) -> list[float]:
+        """P(draft position i is accepted | all earlier ones were), with a weak prior of 1/2 (a quarter token each way)."""
+        a, r = _PRIOR_ALPHA
+        return [(acc + a) / (reach + a + r) for acc, reach in zip(self.accepted, self.reached)]
+
     @property
     def alpha(self) -> float:
-        accepted, rejected = self.accepted + _PRIOR_ALPHA[0], self.rejected + _PRIOR_ALPHA[1]
-        return accepted / (accepted + rejected)
+        """Acceptance rate of the first draft position."""
+        return self.rates()[0] if self.draft_max else 0.0
 
     def length(self, budget: int) -> int:
-        best = best_length(self.alpha, self._fit.relative_slope(), min(self.draft_max, budget))
+        best = best_length_for(self.rates(), self._fit.relative_slope(), min(self.draft_max, budget))
         if best == 0 and budget > 0:
             self._idle_steps += 1
             if self._idle_steps >= _PROBE_EVERY:
@@ -76,10 +85,25 @@ class AdaptiveDraftLength:
         self._fit.add(n_drafted, step_s)
         if n_drafted == 0:
             return
-        rejected = 1 if n_accepted < n_drafted else 0
-        keep = _TRIAL_DECAY ** (n_accepted + rejected)  # one trial per token the main model judged
-        self.accepted = self.accepted * keep + n_accepted
-        self.rejected = self.rejected * keep + rejected
+        for i in range(self.draft_max):  # stale positions drift back towards the prior
+            self.reached[i] *= _TRIAL_DECAY
+            self.accepted[i] *= _TRIAL_DECAY
+        for i in range(min(n_accepted + 1, n_drafted, self.draft_max)):
+            self.reached[i] += 1.0
+            self.accepted[i] += 1.0 if i < n_accepted else 0.0
+
+
+def best_length_for(rates: list[float], relative_slope: float, k_max: int) -> int:
+    """argmax over k of E(k) / (1 + slope * k) where E(k) = 1 + sum_j prod_{i<=j} rates[i]."""
+    best_k, best_rate = 0, 1.0
+    expected, run = 1.0, 1.0
+    for k in range(1, max(k_max, 0) + 1):
+        run *= rates[k - 1]
+        expected += run
+        rate = expected / (1.0 + relative_slope * k)
+        if rate > best_rate * 1.0001:
+            best_k, best_rate = k, rate
+    return best_k
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -90,13 +114,8 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 
 def best_length(alpha: float, relative_slope: float, k_max: int) -> int:
-    """argmax over k in [0, k_max] of E(k) / (1 + slope * k); ties go to the shorter draft."""
-    best_k, best_rate = 0, 1.0
-    for k in range(1, max(k_max, 0) + 1):
-        rate = expected_tokens(alpha, k) / (1.0 + relative_slope * k)
-        if rate > best_rate * 1.0001:
-            best_k, best_rate = k, rate
-    return best_k
+    """The best draft length when every position is accepted with the same probability."""
+    return best_length_for([alpha] * max(k_max, 0), relative_slope, k_max)
 
 
 class _DecayedLine:

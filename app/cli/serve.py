@@ -1,0 +1,93 @@
+"""`specula serve`: llama-server's job, an OpenAI-compatible local server with speculative decoding.
+
+    specula serve -m MAIN [-md DRAFT | --lookup] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+
+The sampling flags (--temp 0.8, --top-k 40, ...) are the defaults of requests that do not set
+them, as in llama-server. The server (Starlette, uvicorn, torch) is imported only by the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.cli import add_model_flags, add_sampling_flags
+from app.cli.run import load_drafter, load_main, settings_from_args
+from app.hub.builtin import BUILTIN_MODELS
+
+
+def register(sub) -> None:
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat and text completions)")
+    add_model_flags(serve)
+    add_sampling_flags(serve, n_predict=-1, n_predict_help="tokens to generate when a request sets no "
+                       "max_tokens (-1 = up to the end of the context, the default)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 = any free port)")
+    key = serve.add_mutually_exclusive_group()
+    key.add_argument("--api-key", help="require this key (Authorization: Bearer KEY) on every endpoint but /health")
+    key.add_argument("--api-key-file", help="read the API key from this file (keeps it out of the process list)")
+    serve.add_argument("-a", "--alias", help="the model's name in the API (default: the file's stem or the built-in name)")
+    serve.add_argument("--queue", type=int, default=8, help="requests that may wait while one generates; more get 503 (default 8)")
+    serve.set_defaults(func=cmd_serve)
+
+
+def api_key_from_args(args: argparse.Namespace) -> str | None:
+    key = args.api_key
+    if args.api_key_file:
+        key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
+    if key is not None and not key.strip():
+        raise SystemExit("specula: error: the API key is empty")
+    return key
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise SystemExit("specula: error: --port must be between 0 and 65535")
+    if args.queue < 0:
+        raise SystemExit("specula: error: --queue must be 0 or more")
+    if args.n_predict == 0 or args.n_predict < -1:
+        raise SystemExit("specula: error: -n must be -1 (up to the context) or at least 1")
+
+
+def load_served(args: argparse.Namespace):
+    from app.server.model import ServedModel
+
+    # settings_from_args checks the flags (and wants n_predict >= 1; requests set their own).
+    defaults = settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
+    main = load_main(args)
+    drafter = load_drafter(args, main)
+    builtin = args.model if args.model in {m.key for m in BUILTIN_MODELS} else None
+    return ServedModel.create(
+        main, drafter, defaults, n_ctx=args.ctx_size or None,
+        model_id=args.alias or builtin, names=[builtin] if builtin else [],
+        default_max_tokens=args.n_predict if args.n_predict > 0 else None,
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.server.app import ServerConfig, create_app
+    from app.server.launch import ManagedServer, bind_socket, check_bind_allowed
+
+    check_args(args)
+    api_key = api_key_from_args(args)
+    check_bind_allowed(args.host, api_key)
+    sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
+    try:
+        served = load_served(args)
+        app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue))
+
+        def ready(url: str) -> None:
+            key = "API key required" if api_key else "no API key"
+            print(f"specula: serving {served.model_id} (drafter: {served.drafter_name}, context "
+                  f"{served.n_ctx}, {key}) at {url}/v1; Ctrl-C stops", file=sys.stderr, flush=True)
+
+        server = ManagedServer(app, sock, verbose=getattr(args, "verbose", False), on_ready=ready)
+        try:
+            server.run_here()
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
+    finally:
+        sock.close()
+    print("specula: server stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,189 @@
+"""Would a model fit this machine once loaded? Decided on its header alone, before downloading.
+
+The estimate is the engine's (app.engine.loader.check_memory): transformers dequantizes every
+tensor, so the weights take n_params x the dtype's size whatever the file's quantization, plus
+one float32 tensor in flight while loading, plus the KV cache for the context. The dtype is the one
+the engine would pick (app.engine.device.auto_dtype). Both engine helpers import torch at module
+level, and `specula hub` must start without it, so the few machine facts they use are read here
+the same way: SPECULA_MEMORY_LIMIT or /proc/meminfo for RAM, the CPU's bf16 flags, and the GPU's
+free memory from torch when it is already imported, else from nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.gguf_info import GGUFInfo, format_bytes
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CTX = 4096  # llama.cpp's and LM Studio's usual default; full contexts are rarely used
+GPU_HEADROOM = 0.95  # the CUDA context and allocator fragmentation take the rest
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    name: str
+    total: int
+    free: int
+
+
+@dataclass(frozen=True)
+class MachineMemory:
+    ram_available: int | None
+    ram_total: int | None
+    gpu: GpuMemory | None
+
+
+@dataclass(frozen=True)
+class FitResult:
+    fits: bool
+    where: str  # "gpu" (all layers), "gpu+cpu" (gpu_layers of them), "cpu", or "none"
+    need_bytes: int  # RAM needed to load and run it
+    weights_bytes: int
+    kv_bytes: int
+    ram_available: int | None
+    gpu_free: int | None
+    gpu_layers: int | None  # llama.cpp's -ngl that fits; None without a GPU
+    dtype: str
+    n_ctx: int
+    reason: str  # one line for the user
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _meminfo(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def ram_available() -> int | None:
+    """What app.engine.device.memory_limit_bytes() returns, without importing torch."""
+    override = os.environ.get("SPECULA_MEMORY_LIMIT")
+    if override:
+        suffix = override[-1].upper()
+        return int(float(override[:-1]) * _UNITS[suffix]) if suffix in _UNITS else int(override)
+    found = _meminfo("MemAvailable")
+    if found is not None:
+        return found
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def ram_total() -> int | None:
+    found = _meminfo("MemTotal")
+    if found is not None:
+        return found
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def parse_nvidia_smi(text: str) -> GpuMemory | None:
+    """The first GPU of `nvidia-smi --query-gpu=name,memory.total,memory.free
+    --format=csv,noheader,nounits` output (MiB)."""
+    for line in text.strip().splitlines():
+        fields = [f.strip() for f in line.rsplit(",", 2)]
+        if len(fields) == 3:
+            try:
+                return GpuMemory(fields[0], int(float(fields[1])) << 20, int(float(fields[2])) << 20)
+            except ValueError:
+                continue
+    return None
+
+
+def gpu_memory() -> GpuMemory | None:
+    """The first CUDA GPU's memory; None without one (Apple GPUs share the RAM)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                free, total = torch.cuda.mem_get_info(0)
+                return GpuMemory(torch.cuda.get_device_name(0), int(total), int(free))
+        except Exception:  # noqa: BLE001 - a broken CUDA setup means "no GPU" here
+            log.debug("torch.cuda memory query failed", exc_info=True)
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,memory.total,memory.free",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi(out.stdout) if out.returncode == 0 else None
+
+
+def machine_memory() -> MachineMemory:
+    return MachineMemory(ram_available(), ram_total(), gpu_memory())
+
+
+def cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_dtype(gpu: GpuMemory | None) -> str:
+    """The engine's auto dtype: bf16 on a GPU or a CPU with fast bf16, else float32."""
+    return "bfloat16" if gpu is not None or cpu_has_fast_bf16() else "float32"
+
+
+def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | None = None,
+                      machine: MachineMemory | None = None) -> FitResult:
+    """RAM (and VRAM where there is a GPU) the model would need once loaded, against what is free."""
+    machine = machine or machine_memory()
+    gpu = machine.gpu
+    dtype = dtype or default_dtype(gpu)
+    n_ctx = n_ctx or min(info.context_length or DEFAULT_CTX, DEFAULT_CTX)
+    weights = info.memory_bytes(dtype)
+    kv = info.kv_bytes_per_token(dtype) * n_ctx
+    in_flight = max((t.n_elements for t in info.tensors), default=0) * 4
+    need = weights + kv + in_flight
+    ram = machine.ram_available
+    label = f"{dtype}, {n_ctx:,}-token context"
+    if ram is not None and need > ram:
+        return FitResult(False, "none", need, weights, kv, ram, gpu.free if gpu else None,
+                         0 if gpu else None, dtype, n_ctx,
+                         f"too big: needs about {format_bytes(need)} of RAM ({label}), "
+                         f"{format_bytes(ram)} available; try a smaller model or quantization")
+    ram_note = f"{format_bytes(ram)} available" if ram is not None else "available RAM unknown"
+    if gpu is None:
+        return FitResult(True, "cpu", need, weights, kv, ram, None, None, dtype, n_ctx,
+                         f"fits: needs about {format_bytes(need)} of RAM ({label}), {ram_note}")
+    layers = _gpu_layers(info, weights + kv, gpu)
+    where = "gpu" if layers >= info.n_layers else "gpu+cpu" if layers else "cpu"
+    on_gpu = {"gpu": f"all {info.n_layers} layers on the GPU",
+              "gpu+cpu": f"{layers} of {info.n_layers} layers fit on the GPU (-ngl {layers})",
+              "cpu": "no layer fits on the GPU, runs on the CPU"}[where]
+    return FitResult(True, where, need, weights, kv, ram, gpu.free, layers, dtype, n_ctx,
+                     f"fits: {on_gpu} ({gpu.name}, {format_bytes(gpu.free)} free); "
+                     f"needs about {format_bytes(need)} of RAM to load ({label}), {ram_note}")
+
+
+def _gpu_layers(info: GGUFInfo, gpu_need: int, gpu: GpuMemory) -> int:
+    budget = int(gpu.free * GPU_HEADROOM)
+    if gpu_need <= budget:
+        return max(info.n_layers, 1)
+    per_layer = gpu_need / max(info.n_layers, 1)
+    return max(0, min(info.n_layers, int(budget // per_layer)))

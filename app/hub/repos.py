@@ -1,0 +1,136 @@
+"""GGUF repositories on the hub: search them, list their GGUF files by quantization.
+
+Everything goes through huggingface_hub's HfApi (list_models, model_info with files metadata), so
+HF_ENDPOINT, HF_TOKEN, the saved token and offline mode behave as in every other HF tool.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from huggingface_hub import HfApi, constants
+from huggingface_hub.utils import get_session
+
+from app.hub.errors import HubError, check_online, endpoint, hub_call
+from app.hub.names import is_gguf, is_model_file, quant_label, quant_rank, split_name
+
+log = logging.getLogger(__name__)
+
+SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
+_EXPAND = ["downloads", "likes", "lastModified", "createdAt", "gated", "tags", "gguf"]
+_PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class RepoResult:
+    repo_id: str
+    downloads: int
+    likes: int
+    last_modified: datetime | None
+    gated: bool  # needs a token and accepted terms to download
+    tags: tuple[str, ...]
+    n_params: int | None  # from the hub's GGUF summary when it has one
+    architecture: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["last_modified"] = self.last_modified.isoformat() if self.last_modified else None
+        d["tags"] = list(self.tags)
+        return d
+
+
+@dataclass(frozen=True)
+class GGUFModelFile:
+    """One downloadable model: a GGUF file, or all parts of a split one."""
+
+    repo_id: str
+    filename: str  # the file (or first part) to pass to fetch_remote_info / download_gguf
+    quant: str | None  # "Q4_K_M", ...; None when the name does not say
+    size_bytes: int  # all parts together
+    parts: tuple[str, ...]  # repo paths; one item unless split
+    sha256: str | None  # of the file (first part when split), from the hub's LFS metadata
+
+    @property
+    def is_split(self) -> bool:
+        return len(self.parts) > 1
+
+    @property
+    def complete(self) -> bool:
+        """False when the repo lacks some parts of a split model."""
+        split = split_name(self.filename)
+        return split is None or len(self.parts) == split.count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "parts": list(self.parts), "is_split": self.is_split,
+                "complete": self.complete}
+
+
+def _probe() -> None:
+    """One quick request before searching: list_models retries a dead connection for ~25 s
+    (huggingface_hub's backoff), while a user without network should hear so at once."""
+    with hub_call("search the hub"):
+        get_session().head(f"{endpoint()}/", timeout=_PROBE_TIMEOUT_S)
+
+
+def search_gguf(query: str, sort: str = "downloads", limit: int = 30) -> list[RepoResult]:
+    """GGUF repositories matching `query`, best first by `sort` (downloads, likes or recent)."""
+    if sort not in SORTS:
+        raise HubError(f"unknown sort {sort!r} (use {', '.join(SORTS)})")
+    check_online("search the hub")
+    _probe()
+    api = HfApi(endpoint=endpoint())
+    with hub_call("search the hub"):
+        models = list(api.list_models(search=query or None, filter="gguf", sort=SORTS[sort],
+                                      limit=max(1, limit), expand=_EXPAND))
+    return [_repo_result(m) for m in models]
+
+
+def _repo_result(model: Any) -> RepoResult:
+    gguf = model.gguf if isinstance(model.gguf, dict) else {}
+    return RepoResult(
+        repo_id=model.id, downloads=int(model.downloads or 0), likes=int(model.likes or 0),
+        last_modified=model.last_modified or model.created_at,
+        gated=bool(model.gated), tags=tuple(model.tags or ()),
+        n_params=gguf.get("total"), architecture=gguf.get("architecture"),
+    )
+
+
+def list_gguf_files(repo_id: str, revision: str | None = None) -> list[GGUFModelFile]:
+    """The GGUF models of a repository, split parts counted as one, smallest first."""
+    check_online(f"list the files of {repo_id}")
+    api = HfApi(endpoint=endpoint())
+    with hub_call(f"list the files of {repo_id}", repo_id):
+        info = api.model_info(repo_id, revision=revision, files_metadata=True,
+                              timeout=constants.HF_HUB_ETAG_TIMEOUT * 3)
+    siblings = [s for s in (info.siblings or []) if is_gguf(s.rfilename) and is_model_file(s.rfilename)]
+    return _group_parts(repo_id, siblings)
+
+
+def _group_parts(repo_id: str, siblings: list[Any]) -> list[GGUFModelFile]:
+    groups: dict[str, list[Any]] = {}
+    for s in siblings:
+        split = split_name(s.rfilename)
+        groups.setdefault(split.first if split else s.rfilename, []).append(s)
+    files = []
+    for first, members in groups.items():
+        members.sort(key=lambda s: s.rfilename)
+        head = next((s for s in members if s.rfilename == first), None)
+        sha = head.lfs.sha256 if head is not None and head.lfs is not None else None
+        files.append(GGUFModelFile(
+            repo_id=repo_id, filename=first, quant=quant_label(first),
+            size_bytes=sum(int(s.size or 0) for s in members),
+            parts=tuple(s.rfilename for s in members), sha256=sha,
+        ))
+    files.sort(key=lambda f: (f.size_bytes or 0, quant_rank(f.quant), f.filename))
+    return files
+
+
+def group_by_quant(files: list[GGUFModelFile]) -> dict[str, list[GGUFModelFile]]:
+    """Quantization label -> its files ("other" when the name does not say), smallest first."""
+    groups: dict[str, list[GGUFModelFile]] = {}
+    for f in sorted(files, key=lambda f: (quant_rank(f.quant), f.size_bytes)):
+        groups.setdefault(f.quant or "other", []).append(f)
+    return groups

@@ -1,0 +1,158 @@
+"""The model a server serves: its names, prompts, per-request settings and generation.
+
+One main-model KV cache lives as long as the server, so a request that shares a prefix with the
+previous one (the next turn of a chat, the same system prompt) evaluates only what is new:
+generate() syncs the cache to each prompt by longest common prefix. A draft model's cache is
+kept the same way; each request gets a fresh drafter object around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import jinja2
+
+from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
+from app.engine.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.events import GenerationEvent
+from app.engine.kvmodel import KVModel
+from app.engine.loader import LoadedModel
+from app.engine.speculative import CancelCheck, DecodeSettings, generate
+from app.server.errors import ApiError, bad_field, context_exceeded
+from app.server.params import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+def drafter_factory(prototype: Drafter | None) -> Callable[[], Drafter]:
+    """Fresh drafter state per request; a draft model's KV cache is shared (synced by prefix)."""
+    if isinstance(prototype, ModelDrafter):
+        draft, vocab, name = prototype.draft, prototype.main_vocab_size, prototype.name
+        return lambda: ModelDrafter(draft, vocab, name=name)
+    if isinstance(prototype, PromptLookupDrafter):
+        ngram_max, ngram_min = prototype.ngram_max, prototype.ngram_min
+        return lambda: PromptLookupDrafter(ngram_max, ngram_min)
+    if prototype is None or isinstance(prototype, NoDrafter):
+        return NoDrafter
+    raise TypeError(f"no per-request factory for drafter {type(prototype).__name__}")
+
+
+@dataclass
+class ServedModel:
+    loaded: LoadedModel
+    model_id: str
+    kv: KVModel
+    new_drafter: Callable[[], Drafter]
+    drafter_name: str
+    defaults: DecodeSettings  # sampling and drafting from the command line; max_new_tokens unused
+    default_max_tokens: int | None = None  # when a request sets none; None: up to the context
+    names: frozenset[str] = frozenset()  # other names accepted as `model` in requests
+    _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def create(
+        cls,
+        loaded: LoadedModel,
+        drafter: Drafter | None = None,
+        defaults: DecodeSettings = DecodeSettings(),
+        n_ctx: int | None = None,
+        model_id: str | None = None,
+        names: Sequence[str] = (),
+        default_max_tokens: int | None = None,
+    ) -> ServedModel:
+        model_id = model_id or loaded.path.stem
+        accepted = {model_id, loaded.path.stem, loaded.path.name, *names}
+        return cls(
+            loaded=loaded, model_id=model_id, kv=loaded.kv_model(n_ctx),
+            new_drafter=drafter_factory(drafter), drafter_name=(drafter or NoDrafter()).name,
+            defaults=defaults, default_max_tokens=default_max_tokens, names=frozenset(accepted),
+        )
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def n_ctx(self) -> int:
+        return self.kv.n_ctx
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name not in self.names:
+            raise ApiError(404, f"the model {name[:100]!r} does not exist; this server serves {self.model_id!r}",
+                           "model_not_found", param="model")
+
+    def describe(self, created: int) -> dict[str, Any]:
+        info = self.loaded.info
+        return {
+            "id": self.model_id, "object": "model", "created": created, "owned_by": "specula",
+            "meta": {"n_ctx": self.n_ctx, "n_ctx_train": info.context_length, "n_vocab": self.kv.vocab_size,
+                     "architecture": info.architecture, "drafter": self.drafter_name,
+                     "file": self.loaded.path.name},
+        }
+
+    # -- prompts (called from a thread pool: tokenizer calls are serialized by the lock) --------
+
+    def prompt_ids(self, request: GenerationRequest) -> tuple[list[int], tuple[str, ...]]:
+        """Token ids of the request's prompt, and stop strings the prompt format adds."""
+        with self._tokenizer_lock:
+            if request.messages is not None:
+                ids, stops = self._chat_ids(list(request.messages))
+            elif isinstance(request.prompt, str):
+                ids, stops = self.tokenizer.encode(request.prompt), ()  # as `specula run -p`
+            else:
+                ids, stops = self._checked_token_ids(request.prompt or ()), ()
+        if not ids:
+            raise bad_field("messages" if request.messages is not None else "prompt", "the prompt is empty")
+        return ids, stops
+
+    def _chat_ids(self, messages: list[dict[str, str]]) -> tuple[list[int], tuple[str, ...]]:
+        try:
+            ids = render_prompt(self.tokenizer, messages)
+        except jinja2.TemplateError as exc:
+            raise bad_field("messages", f"the model's chat template refused these messages: {exc}") from None
+        # A model without a template gets a "User:/Assistant:" frame that needs its own stop.
+        return ids, () if has_chat_template(self.tokenizer) else FALLBACK_STOPS
+
+    def _checked_token_ids(self, ids: Sequence[int]) -> list[int]:
+        bad = [t for t in ids if not 0 <= t < self.kv.vocab_size]
+        if bad:
+            raise bad_field("prompt", f"token id {bad[0]} is outside the vocabulary (0..{self.kv.vocab_size - 1})")
+        return list(ids)
+
+    def decode_settings(self, request: GenerationRequest, n_prompt: int, format_stops: tuple[str, ...]) -> DecodeSettings:
+        """The request's settings over the server's defaults; 400 when it cannot fit the context."""
+        param = "messages" if request.messages is not None else "prompt"
+        room = self.n_ctx - n_prompt
+        if room < 1:
+            raise context_exceeded(
+                f"the prompt has {n_prompt} tokens but the context holds {self.n_ctx}; shorten it", param)
+        max_tokens = request.max_tokens
+        if max_tokens is not None and max_tokens > room:
+            raise context_exceeded(
+                f"max_tokens {max_tokens} plus the prompt's {n_prompt} tokens exceed the context of "
+                f"{self.n_ctx} tokens; ask for at most {room}", "max_tokens")
+        if max_tokens is None:
+            max_tokens = min(room, self.default_max_tokens or room)
+        sampling = dataclasses.replace(self.defaults.sampling, **request.sampling)
+        return dataclasses.replace(
+            self.defaults, max_new_tokens=max_tokens, sampling=sampling,
+            stop_strings=tuple(request.stop) + tuple(format_stops),
+        )
+
+    # -- generation (called from the worker thread only) ----------------------------------------
+
+    def generate(self, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelCheck) -> Iterator[GenerationEvent]:
+        drafter = self.new_drafter()
+        try:
+            yield from generate(self.kv, self.tokenizer, prompt_ids, drafter, settings, cancel)
+        except Exception:
+            # A forward that failed half-way may leave a cache out of step with its ids.
+            self.kv.reset()
+            draft_kv = getattr(drafter, "draft", None)
+            if isinstance(draft_kv, KVModel):
+                draft_kv.reset()
+            raise

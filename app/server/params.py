@@ -1,0 +1,211 @@
+"""Request bodies -> checked, typed requests. Plain Python: a wrong type or value is a 400 naming
+the field, never a traceback; unknown fields are ignored (clients send many we do not use).
+
+Sampling fields the client leaves out take the server's defaults, which are its command-line flags
+(`--temp 0.8`, `--top-k 40`, ...), as llama-server does: OpenAI's own default temperature is 1, but
+a llama.cpp user expects the server's flags to decide.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.server.errors import ApiError, bad_field
+
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+MAX_STOP_STRINGS = 16
+MAX_STOP_LENGTH = 256  # the stop matcher's hold-back check is quadratic in a stop string's length
+MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a chat or text completion asks for; exactly one of `messages` and `prompt` is set."""
+
+    model: str | None
+    max_tokens: int | None  # None: up to the server's default / the end of the context
+    stream: bool
+    include_usage: bool  # stream_options.include_usage: an extra chunk with the usage
+    stop: tuple[str, ...]
+    sampling: dict[str, Any] = field(default_factory=dict)  # only the fields the client set
+    messages: tuple[dict[str, str], ...] | None = None
+    prompt: str | tuple[int, ...] | None = None
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying why not."""
+    try:
+        data = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ApiError(400, f"the request body is not valid JSON: {_one_line(exc)}", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", "invalid_json")
+    return data
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _one_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+
+def parse_chat(data: dict[str, Any]) -> GenerationRequest:
+    _refuse_unsupported(data, chat=True)
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_field("messages", "'messages' must be a non-empty list of messages")
+    return _common(data, messages=tuple(_message(m, i) for i, m in enumerate(messages)))
+
+
+def parse_completion(data: dict[str, Any]) -> GenerationRequest:
+    _refuse_unsupported(data, chat=False)
+    return _common(data, prompt=_prompt(data.get("prompt")))
+
+
+def _common(data: dict[str, Any], **kind: Any) -> GenerationRequest:
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_field("model", "'model' must be a string")
+    n = _integer(data, "n", 1, None)
+    if n is not None and n != 1:
+        raise bad_field("n", "only n=1 is supported (one choice per request)")
+    # max_completion_tokens is OpenAI's current name; max_tokens the older one llama.cpp users send.
+    max_tokens = _integer(data, "max_completion_tokens", 1, None)
+    if max_tokens is None:
+        max_tokens = _integer(data, "max_tokens", 1, None)
+    stream = _boolean(data, "stream") or False
+    options = data.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad_field("stream_options", "'stream_options' must be an object")
+    include_usage = bool(_boolean(options or {}, "include_usage", "stream_options.include_usage"))
+    return GenerationRequest(
+        model=model, max_tokens=max_tokens, stream=stream, include_usage=include_usage,
+        stop=_stop(data.get("stop")), sampling=_sampling(data), **kind,
+    )
+
+
+def _sampling(data: dict[str, Any]) -> dict[str, Any]:
+    values = {
+        "temperature": _number(data, "temperature", 0.0, None),
+        "top_p": _number(data, "top_p", 0.0, 1.0),
+        "top_k": _integer(data, "top_k", 0, None),  # llama.cpp extra
+        "min_p": _number(data, "min_p", 0.0, 1.0),  # llama.cpp extra
+    }
+    chosen = {name: value for name, value in values.items() if value is not None}
+    seed = _integer(data, "seed", None, MAX_SEED)
+    if seed is not None:
+        chosen["seed"] = seed if seed >= 0 else None  # negative: random, as llama.cpp's -1
+    return chosen
+
+
+def _refuse_unsupported(data: dict[str, Any], chat: bool) -> None:
+    """Fields that change what the client gets back: better a clear 400 than silently ignoring them."""
+    if data.get("tools"):
+        raise bad_field("tools", "tools / function calling are not supported by this server")
+    response_format = data.get("response_format")
+    if response_format is not None and not (isinstance(response_format, dict) and response_format.get("type") in (None, "text")):
+        raise bad_field("response_format", "only response_format {'type': 'text'} is supported")
+    if data.get("logprobs"):
+        raise bad_field("logprobs", "logprobs are not supported by this server")
+    if not chat and data.get("echo"):
+        raise bad_field("echo", "echo is not supported by this server")
+    if not chat and data.get("suffix"):
+        raise bad_field("suffix", "suffix (fill-in-the-middle) is not supported by this server")
+    best_of = data.get("best_of")
+    if not chat and best_of not in (None, 1):
+        raise bad_field("best_of", "only best_of=1 is supported")
+
+
+def _message(message: Any, index: int) -> dict[str, str]:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise bad_field(where, f"{where} must be an object with 'role' and 'content'")
+    role = message.get("role")
+    if role not in CHAT_ROLES:
+        allowed = ", ".join(CHAT_ROLES)
+        raise bad_field(f"{where}.role", f"{where}.role must be one of {allowed} (got {str(role)[:40]!r})")
+    return {"role": CHAT_ROLES[role], "content": _content(message.get("content"), f"{where}.content")}
+
+
+def _content(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise bad_field(where, f"{where}: only text parts ({{'type': 'text', 'text': ...}}) are supported")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise bad_field(where, f"{where} must be a string or a list of text parts")
+
+
+def _prompt(prompt: Any) -> str | tuple[int, ...]:
+    """A string, a list holding one string, or token ids (a list of ints, or a list holding one)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise bad_field("prompt", "the prompt is empty")
+        return prompt
+    if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+        return tuple(prompt)
+    raise bad_field("prompt", "'prompt' must be a non-empty string or a list of token ids (one prompt per request)")
+
+
+def _stop(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad_field("stop", "'stop' must be a string or a list of strings")
+    if len(stops) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_LENGTH for s in stops):
+        raise bad_field("stop", f"at most {MAX_STOP_STRINGS} stop strings of at most {MAX_STOP_LENGTH} characters")
+    return tuple(s for s in stops if s)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(data: dict[str, Any], name: str, low: int | None, high: int | None) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 16.0 from a JavaScript client
+    if not _is_int(value):
+        raise bad_field(name, f"'{name}' must be an integer")
+    _check_range(name, value, low, high)
+    return value
+
+
+def _number(data: dict[str, Any], name: str, low: float | None, high: float | None) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+        raise bad_field(name, f"'{name}' must be a number")
+    _check_range(name, value, low, high)
+    return float(value)
+
+
+def _check_range(name: str, value: float, low: float | None, high: float | None) -> None:
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if low is not None and high is not None else (
+            f"at least {low}" if low is not None else f"at most {high}")
+        raise bad_field(name, f"'{name}' must be {bounds} (got {value})")
+
+
+def _boolean(data: dict[str, Any], name: str, label: str | None = None) -> bool | None:
+    value = data.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise bad_field(label or name, f"'{label or name}' must be true or false")
+    return value

@@ -1,0 +1,159 @@
+"""One generation at a time per model, on a worker thread; requests wait in a bounded queue.
+
+The engine is synchronous torch code, so it runs on its own thread and never blocks the event
+loop. Each request is a Job: the worker pushes the engine's events into the job's asyncio queue
+with `loop.call_soon_threadsafe` (the one thread-safe way into a loop), and the request handler
+awaits them. A job's cancel flag is the engine's `cancel` callable, checked between steps, so a
+client that leaves stops its generation at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+from typing import AsyncIterator
+
+from app.engine.errors import ContextFullError, SpeculaError
+from app.engine.events import DoneEvent, StepEvent, StopReason
+from app.engine.speculative import DecodeSettings
+from app.server.errors import ApiError, context_exceeded, internal_error, server_busy, shutting_down
+from app.server.model import ServedModel
+from app.server.stats import ServerStats
+
+log = logging.getLogger(__name__)
+
+JobItem = StepEvent | DoneEvent | ApiError
+
+
+class Job:
+    """One request's generation, seen from both sides: the worker posts, the handler awaits."""
+
+    def __init__(self, prompt_ids: list[int], settings: DecodeSettings, loop: asyncio.AbstractEventLoop) -> None:
+        self.prompt_ids = prompt_ids
+        self.settings = settings
+        self._loop = loop
+        self._items: asyncio.Queue[JobItem] = asyncio.Queue()
+        self._cancel = threading.Event()
+        self.shutdown = False  # cancelled because the server is stopping (the client gets a 503)
+
+    def cancel(self, shutdown: bool = False) -> None:
+        self.shutdown = self.shutdown or shutdown
+        self._cancel.set()
+
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def post(self, item: JobItem) -> None:
+        """From the worker thread. If the loop is gone (server stopped) nobody is listening: stop."""
+        try:
+            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+        except RuntimeError:
+            self._cancel.set()
+
+    async def events(self) -> AsyncIterator[StepEvent | DoneEvent]:
+        """StepEvents, then the DoneEvent; a failure is raised as the ApiError the client gets."""
+        while True:
+            item = await self._items.get()
+            if isinstance(item, ApiError):
+                raise item
+            if isinstance(item, DoneEvent) and item.summary.stop_reason is StopReason.CANCELLED and self.shutdown:
+                raise shutting_down()
+            yield item
+            if isinstance(item, DoneEvent):
+                return
+
+
+class ModelWorker:
+    """The thread that owns a ServedModel's generation, and the bounded queue in front of it."""
+
+    def __init__(self, served: ServedModel, max_waiting: int = 8, stats: ServerStats | None = None) -> None:
+        if max_waiting < 0:
+            raise ValueError("max_waiting must be >= 0")
+        self.served = served
+        self.max_waiting = max_waiting
+        self.stats = stats or ServerStats()
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._admitted: list[Job] = []  # waiting or running, oldest first
+        self._running: Job | None = None
+        self._mean_job_s = 1.0  # moving average, for Retry-After
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="specula-generate", daemon=True)
+        self._thread.start()
+
+    @property
+    def processing(self) -> int:
+        return int(self._running is not None)
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return max(0, len(self._admitted) - self.processing)
+
+    def submit(self, prompt_ids: list[int], settings: DecodeSettings) -> Job:
+        """Queue a generation (call from the event loop); 503 when the wait queue is full."""
+        job = Job(prompt_ids, settings, asyncio.get_running_loop())
+        with self._lock:
+            if self._closed:
+                raise shutting_down()
+            if len(self._admitted) >= 1 + self.max_waiting:
+                self.stats.count("requests_rejected")
+                raise server_busy(self._retry_after_s())
+            self._admitted.append(job)
+        self._queue.put(job)
+        return job
+
+    def _retry_after_s(self) -> int:
+        # A slot frees when the running generation ends: about one average generation from now.
+        return max(1, min(60, math.ceil(self._mean_job_s)))
+
+    def cancel_all(self) -> None:
+        """Refuse new jobs and cancel every admitted one (their clients get a 503). Non-blocking."""
+        with self._lock:
+            self._closed = True
+            jobs = list(self._admitted)
+        for job in jobs:
+            job.cancel(shutdown=True)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """cancel_all(), then stop the thread (a generation stops at its next step)."""
+        self.cancel_all()
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            started = time.monotonic()
+            try:
+                if job.cancelled():
+                    job.post(shutting_down() if job.shutdown else ApiError(499, "cancelled", "cancelled"))
+                else:
+                    with self._lock:
+                        self._running = job
+                    self._generate(job)
+                    self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.monotonic() - started)
+            finally:
+                with self._lock:
+                    self._running = None
+                    self._admitted.remove(job)
+
+    def _generate(self, job: Job) -> None:
+        try:
+            for event in self.served.generate(job.prompt_ids, job.settings, job.cancelled):
+                if isinstance(event, DoneEvent):
+                    self.stats.record(event.summary)
+                job.post(event)
+        except ContextFullError as exc:
+            self.stats.count("requests_failed")
+            job.post(context_exceeded(str(exc), "messages"))
+        except SpeculaError as exc:
+            self.stats.count("requests_failed")
+            job.post(ApiError(500, str(exc), "generation_failed", error_type="server_error"))
+        except Exception:
+            self.stats.count("requests_failed")
+            log.exception("generation failed")
+            job.post(internal_error())

@@ -1,0 +1,78 @@
+"""The local library on real files: what is listed, what is unusable and why, what is left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.hub.errors import HubError
+from app.hub.library import LocalModel, delete_local_model, list_local_models
+
+
+@pytest.fixture
+def folder(tiny_paths, tmp_path) -> Path:
+    root = tmp_path / "my models"
+    (root / "sub").mkdir(parents=True)
+    good = tiny_paths["llama-q8"].read_bytes()
+    (root / "good-Q8_0.gguf").write_bytes(good)
+    (root / "sub" / "nested.gguf").write_bytes(tiny_paths["qwen2-f32"].read_bytes())
+    (root / "cut.gguf").write_bytes(good[: len(good) // 2])
+    (root / "notes.gguf").write_text("not a model\n" * 50)
+    (root / "mmproj-vision-F16.gguf").write_bytes(good)  # a vision projector, not a language model
+    (root / "big.gguf.incomplete").write_bytes(good[:1000])  # a partial download
+    (root / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (root / ".cache" / "huggingface" / "download" / "x.gguf").write_bytes(good)
+    (root / "Split-Q8_0-00001-of-00003.gguf").write_bytes(good)
+    (root / "Split-Q8_0-00002-of-00003.gguf").write_bytes(b"\0" * 100)
+    return root
+
+
+def test_folder_models_with_their_facts_or_the_reason(folder, tiny_paths):
+    models = {m.name: m for m in list_local_models([folder], include_builtin=False)}
+    assert set(models) == {"good-Q8_0.gguf", "sub/nested.gguf", "cut.gguf", "notes.gguf",
+                           "Split-Q8_0-00001-of-00003.gguf"}
+    good = models["good-Q8_0.gguf"]
+    assert good.usable and good.source == "folder" and good.repo_id is None
+    assert (good.info.architecture, good.info.file_type) == ("llama", "Q8_0")
+    assert good.size_bytes == tiny_paths["llama-q8"].stat().st_size
+    assert models["sub/nested.gguf"].info.architecture == "qwen2"
+    assert "truncated" in models["cut.gguf"].error and not models["cut.gguf"].usable
+    assert "not a GGUF file" in models["notes.gguf"].error
+    split = models["Split-Q8_0-00001-of-00003.gguf"]
+    assert "1 of 3 parts missing" in split.error and len(split.parts) == 2
+    assert all("\n" not in (m.error or "") for m in models.values())
+
+
+def test_a_folder_listed_twice_or_missing(folder, tmp_path):
+    once = list_local_models([folder], include_builtin=False)
+    assert len(list_local_models([folder, folder / "sub"], include_builtin=False)) == len(once)
+    assert list_local_models([tmp_path / "nowhere"], include_builtin=False) == []
+
+
+def test_delete_from_a_folder_frees_the_space(folder):
+    [cut] = [m for m in list_local_models([folder], include_builtin=False) if m.name == "cut.gguf"]
+    size = (folder / "cut.gguf").stat().st_size
+    assert delete_local_model(cut) == size and not (folder / "cut.gguf").exists()
+    [split] = [m for m in list_local_models([folder], include_builtin=False) if "Split" in m.name]
+    delete_local_model(split)
+    assert not list(folder.glob("Split-*"))
+
+
+def test_built_in_models_cannot_be_deleted(tmp_path):
+    fake = LocalModel(tmp_path / "x.gguf", "builtin", "SmolLM2 135M Instruct (Q4_1)", None, 0, None, None)
+    with pytest.raises(HubError, match="built-in model"):
+        delete_local_model(fake)
+
+
+@pytest.mark.demo
+def test_built_in_models_are_listed_first_with_their_headers():
+    models = list_local_models()
+    builtin = [m for m in models if m.source == "builtin"]
+    assert [m.name for m in builtin] == ["SmolLM2 135M Instruct (Q4_1)", "Gemma 3 270M base (Q4_K_M)"]
+    assert models[: len(builtin)] == builtin
+    assert all(m.usable for m in builtin)
+    assert builtin[0].info.vocab_size == 49152 and builtin[1].info.vocab_size == 262144
+    with pytest.raises(HubError):
+        delete_local_model(builtin[0])
+    assert builtin[0].path.exists()
