@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import platform
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from app.engine.errors import DeviceError
+from app.engine.machine import cpu_has_fast_bf16
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +60,6 @@ def available_gpu() -> str | None:
     if mps is not None and mps.is_available():
         return "mps"
     return None
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True where bf16 matmuls run natively (AVX512-BF16 or AMX), as on this project's CI CPUs."""
-    if platform.system() != "Linux":
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def auto_dtype(gpu: str | None) -> torch.dtype:
@@ -162,25 +149,3 @@ def apply_plan(model: torch.nn.Module, plan: DevicePlan) -> torch.nn.Module:
     model.model.norm.register_forward_pre_hook(_follow_inputs_hook(cpu), with_kwargs=True)
     log.info("offloaded %d/%d layers to %s", plan.n_gpu_layers, plan.n_layers, plan.gpu)
     return model
-
-
-def memory_limit_bytes() -> int | None:
-    """Memory a model may use: SPECULA_MEMORY_LIMIT (bytes, or with a G/M suffix) when set,
-    else what the OS reports as available; None where neither is known."""
-    override = os.environ.get("SPECULA_MEMORY_LIMIT")
-    if override:
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        suffix = override[-1].upper()
-        if suffix in units:
-            return int(float(override[:-1]) * units[suffix])
-        return int(override)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None

@@ -20,7 +20,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import fastload
-from app.engine.device import DevicePlan, apply_plan, memory_limit_bytes, resolve_plan
+from app.engine.device import DevicePlan, apply_plan, resolve_plan
+from app.engine.machine import memory_limit_bytes
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import GGUFInfo, format_bytes, read_gguf_info, read_tensor
 from app.engine.kvmodel import KVModel

@@ -12,21 +12,19 @@ free memory from torch when it is already imported, else from nvidia-smi.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.machine import cpu_has_fast_bf16, memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CTX = 4096  # llama.cpp's and LM Studio's usual default; full contexts are rarely used
 GPU_HEADROOM = 0.95  # the CUDA context and allocator fragmentation take the rest
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -61,39 +59,8 @@ class FitResult:
         return asdict(self)
 
 
-def _meminfo(key: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def ram_available() -> int | None:
-    """What app.engine.device.memory_limit_bytes() returns, without importing torch."""
-    override = os.environ.get("SPECULA_MEMORY_LIMIT")
-    if override:
-        suffix = override[-1].upper()
-        return int(float(override[:-1]) * _UNITS[suffix]) if suffix in _UNITS else int(override)
-    found = _meminfo("MemAvailable")
-    if found is not None:
-        return found
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def ram_total() -> int | None:
-    found = _meminfo("MemTotal")
-    if found is not None:
-        return found
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+# RAM as the loader sees it (SPECULA_MEMORY_LIMIT honoured), without importing torch.
+ram_available = memory_limit_bytes
 
 
 def parse_nvidia_smi(text: str) -> GpuMemory | None:
@@ -134,14 +101,6 @@ def gpu_memory() -> GpuMemory | None:
 
 def machine_memory() -> MachineMemory:
     return MachineMemory(ram_available(), ram_total(), gpu_memory())
-
-
-def cpu_has_fast_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def default_dtype(gpu: GpuMemory | None) -> str:
