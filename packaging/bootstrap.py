@@ -2,7 +2,7 @@
 """Set up Specula's virtual environment in ./.venv (or reuse it) and run a job in it.
 
 Usage:
-    python3 packaging/bootstrap.py run  [specula args...]   # set up, then the main job
+    python3 packaging/bootstrap.py run  [specula args...]   # set up, then open the window
     python3 packaging/bootstrap.py test [pytest args...]    # set up, then the whole test suite
 
 Needs only Python >= 3.11 with venv and pip. Standard library only: it runs before anything is
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     job, rest = argv[0], argv[1:]
     ensure_environment()
     if job == "run":
-        cmd = [str(venv_python()), "-m", "app", *(rest or ["demo"])]
+        cmd = [str(venv_python()), "-m", "app", *rest]  # no arguments: the window
     else:
         cmd = [str(venv_python()), "-m", "pytest", *rest]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

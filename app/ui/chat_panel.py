@@ -1,0 +1,142 @@
+"""The chat area: system prompt, the conversation, the draft-marking toggle and the message box.
+
+Only widgets and keyboard handling live here; what Send, Stop, Regenerate and edit links do is
+the ChatController's business.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.conversation import ConversationView
+
+
+class MessageBox(QPlainTextEdit):
+    """The message input: Ctrl+Enter sends (Enter is a new line, for code)."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
+            event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatPanel(QWidget):
+    sendRequested = Signal(str)
+    stopRequested = Signal()
+    regenerateRequested = Signal()
+    editCancelled = Signal()
+    systemPromptEdited = Signal(str)  # after typing pauses (debounced)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setPlaceholderText("System prompt (optional): instructions the model gets before this chat")
+        self.system_prompt.setToolTip("Sent before the conversation in every reply of this chat; saved with the chat.")
+        self.system_prompt.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 14)
+        self._prompt_timer = QTimer(self)
+        self._prompt_timer.setSingleShot(True)
+        self._prompt_timer.setInterval(600)
+        self._prompt_timer.timeout.connect(lambda: self.systemPromptEdited.emit(self.system_prompt.toPlainText()))
+        self.system_prompt.textChanged.connect(self._prompt_timer.start)
+
+        self.view = ConversationView()
+
+        self.mark_toggle = QCheckBox("Mark accepted draft tokens")
+        self.mark_toggle.setChecked(True)
+        self.mark_toggle.setToolTip("Highlight the text that came from accepted draft tokens "
+                                    "(the rest was written by the main model itself)")
+        self.mark_toggle.toggled.connect(self.view.set_mark_drafts)
+        swatch = QLabel()
+        swatch.setFixedSize(14, 14)
+        swatch.setStyleSheet(f"background: {self.view.theme.draft.name()}; border: 1px solid {self.view.theme.border.name()}")
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.setToolTip("Replace the last reply with a new one")
+        self.regenerate_button.clicked.connect(self.regenerateRequested)
+        tools = QHBoxLayout()
+        tools.addWidget(swatch)
+        tools.addWidget(self.mark_toggle)
+        tools.addStretch(1)
+        tools.addWidget(self.regenerate_button)
+
+        self.edit_banner = QFrame()
+        self.edit_banner.setStyleSheet("QFrame { background: #fff7d6; border: 1px solid #e6c95c; border-radius: 4px }")
+        banner_layout = QHBoxLayout(self.edit_banner)
+        banner_layout.setContentsMargins(8, 2, 8, 2)
+        banner_layout.addWidget(QLabel("Editing a message: Send replaces it and every later message."))
+        cancel_edit = QPushButton("Cancel edit")
+        cancel_edit.clicked.connect(self.editCancelled)
+        banner_layout.addStretch(1)
+        banner_layout.addWidget(cancel_edit)
+        self.edit_banner.hide()
+
+        self.input = MessageBox()
+        self.input.setPlaceholderText("Message… (Ctrl+Enter sends, Esc stops)")
+        self.input.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
+        self.input.submitted.connect(self._on_send)
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send the message (Ctrl+Enter)")
+        self.send_button.clicked.connect(self._on_send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the reply (Esc); what was written so far is kept")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.stopRequested)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        entry = QHBoxLayout()
+        entry.addWidget(self.input, 1)
+        entry.addLayout(buttons)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.system_prompt)
+        layout.addWidget(self.view, 1)
+        layout.addLayout(tools)
+        layout.addWidget(self.edit_banner)
+        layout.addLayout(entry)
+
+    def _on_send(self) -> None:
+        text = self.input.toPlainText()
+        if text.strip() and self.send_button.isEnabled():
+            self.sendRequested.emit(text)
+
+    def set_generating(self, generating: bool) -> None:
+        self.send_button.setEnabled(not generating)
+        self.regenerate_button.setEnabled(not generating)
+        self.stop_button.setEnabled(generating)
+
+    def set_editing(self, text: str | None) -> None:
+        """Show the edit banner with `text` in the box, or (None) leave editing."""
+        self.edit_banner.setVisible(text is not None)
+        if text is not None:
+            self.input.setPlainText(text)
+            self.input.setFocus()
+
+    def set_system_prompt(self, text: str) -> None:
+        self.system_prompt.blockSignals(True)
+        self.system_prompt.setPlainText(text)
+        self.system_prompt.blockSignals(False)
+        self._prompt_timer.stop()
+
+    def flush_system_prompt(self) -> None:
+        """Emit a pending (debounced) system prompt edit now."""
+        if self._prompt_timer.isActive():
+            self._prompt_timer.stop()
+            self.systemPromptEdited.emit(self.system_prompt.toPlainText())

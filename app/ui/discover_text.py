@@ -1,0 +1,137 @@
+"""The Discover panel's words: repository rows, file states, header facts, download progress.
+
+Plain Python (no Qt, no torch): the panel only places these strings, and tests can read them.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.ui.format import relative_time
+from app.ui.library import count_text, fact_parts
+
+if TYPE_CHECKING:  # types only: the hub modules load on the worker threads (see hub_tasks)
+    from app.engine.compat import CompatResult
+    from app.hub.progress import DownloadProgress
+    from app.hub.repos import GGUFModelFile, RepoResult
+    from app.worker.hub_tasks import FileFacts, RepoFiles
+
+GOOD, BAD = "#15803d", "#b91c1c"  # readable on light and dark backgrounds alike
+DRAFT_MAX_RATIO = 0.5  # app.hub.drafts.MAX_RATIO: a bigger draft saves too little to help
+
+
+def updated_text(when: datetime | None) -> str:
+    return relative_time(when.timestamp()) if when is not None else ""
+
+
+def repo_row(repo: RepoResult) -> list[str]:
+    """Repository, downloads, likes, updated."""
+    name = f"{repo.repo_id} (gated)" if repo.gated else repo.repo_id
+    return [name, count_text(repo.downloads), count_text(repo.likes), updated_text(repo.last_modified)]
+
+
+def repo_tooltip(repo: RepoResult) -> str:
+    lines = [repo.repo_id, f"{repo.downloads:,} downloads · {repo.likes:,} likes"]
+    if repo.architecture or repo.n_params:
+        size = f"{count_text(repo.n_params)} params" if repo.n_params else ""
+        lines.append(" · ".join(x for x in (repo.architecture or "", size) if x))
+    if repo.gated:
+        lines.append("gated: accept its terms on the hub and give a token to download")
+    return "\n".join(lines)
+
+
+def file_state(listing: RepoFiles, f: GGUFModelFile) -> str:
+    """Where this file stands on this machine: 'downloaded', 'partial 1.2 MiB', ''."""
+    if f.filename in listing.local:
+        return "downloaded"
+    if f.filename in listing.partial:
+        return f"partial {format_bytes(listing.partial[f.filename])}"
+    if not f.complete:
+        return "parts missing"
+    return ""
+
+
+def file_label(f: GGUFModelFile) -> str:
+    name = f.filename.rsplit("/", 1)[-1]
+    return f"{name} ({len(f.parts)} parts)" if f.is_split else name
+
+
+def split_note(f: GGUFModelFile) -> str | None:
+    """Why a split model needs care (the library cannot load split files yet)."""
+    if not f.complete:
+        return "the repository lacks some parts of this split model: it cannot be downloaded whole"
+    if f.is_split:
+        return (f"split into {len(f.parts)} files: Specula cannot load split models yet "
+                f"(merge them with llama-gguf-split --merge)")
+    return None
+
+
+def _coloured(ok: bool, text: str) -> str:
+    mark = "✓" if ok else "✗"
+    return f"<span style='color:{GOOD if ok else BAD}'>{mark} {html.escape(text)}</span>"
+
+
+def draft_html(compat: CompatResult | None, draft: GGUFInfo, main: GGUFInfo | None, main_name: str | None) -> str:
+    """'Draft for X: compatible' / 'not compatible: reason', or how to get the check."""
+    if main is None or compat is None:
+        return html.escape("Draft check: choose a main model first.")
+    who = html.escape(main_name or main.name or main.architecture)
+    if not compat.compatible:
+        return f"Draft for <b>{who}</b>: " + _coloured(False, f"not compatible: {compat.reason}")
+    ratio = draft.n_params / max(main.n_params, 1)
+    if ratio > DRAFT_MAX_RATIO:
+        return (f"Draft for <b>{who}</b>: " +
+                _coloured(True, f"compatible, but {ratio:.0%} of its size: too big to speed it up"))
+    return f"Draft for <b>{who}</b>: " + _coloured(True, f"compatible ({ratio:.0%} of its size)")
+
+
+def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_name: str | None) -> str:
+    info = facts.info
+    parts = fact_parts(info)
+    if info.file_size:  # fact_parts ends with the file size; the whole model's is shown instead
+        parts = parts[:-1] if format_bytes(info.file_size) == parts[-1] else parts
+    vocab = f"vocab {info.vocab_size:,}"
+    parts = [f"{vocab} ({info.vocab_type})" if p == vocab and info.vocab_type else p for p in parts]
+    lines = [
+        html.escape(" · ".join(parts)),
+        f"{info.n_layers} layers · {format_bytes(size_bytes)} to download",
+        _coloured(facts.fit.fits, facts.fit.reason),
+        draft_html(facts.compat, info, main, main_name),
+        f"<span style='font-size:small'>header read with {facts.requests} range "
+        f"request{'s' if facts.requests != 1 else ''}: {format_bytes(facts.bytes_read)}</span>",
+    ]
+    return "<br>".join(lines)
+
+
+def eta_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "time left unknown"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s left"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s left"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min left"
+
+
+def progress_line(p: DownloadProgress) -> str:
+    """'1.2 MiB of 4.0 MiB · 3.1 MiB/s · 8 s left' (and the part of a split model)."""
+    amount = f"{format_bytes(p.done)} of {format_bytes(p.total)}"
+    if p.phase == "checking":
+        return f"checking the kept part: {amount}"
+    if p.phase == "verifying":
+        return f"verifying SHA-256 ({format_bytes(p.total)})"
+    if p.phase == "done":
+        return f"done: {format_bytes(p.total)}"
+    bits = [amount]
+    if p.n_parts > 1:
+        bits.append(f"part {p.part} of {p.n_parts}")
+    bits.append(f"{format_bytes(p.speed)}/s" if p.speed > 0 else "measuring speed…")
+    if p.speed > 0:
+        bits.append(eta_text(p.eta))
+    if p.resumed_from:
+        bits.append(f"resumed at {format_bytes(p.resumed_from)}")
+    return " · ".join(bits)

@@ -1,0 +1,90 @@
+"""Start the window: `specula` with no arguments, `specula gui`, and `specula --self-test OUT.png`.
+
+The command line reaches this module by name (importlib), so `app.cli` never imports Qt itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "Specula"
+DESKTOP_FILE = "io.github.specula.Specula"
+
+
+def has_display() -> bool:
+    """False on a Linux box with no X11/Wayland display (where Qt would abort, not fail)."""
+    if os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    if not sys.platform.startswith("linux"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def make_app(argv: Sequence[str] = ()):
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication([sys.argv[0] if sys.argv else "specula", *argv])
+    app.setApplicationName(APP_NAME)
+    app.setOrganizationName(APP_NAME)
+    app.setDesktopFileName(DESKTOP_FILE)
+    return app
+
+
+def _install_excepthook() -> None:
+    """An unexpected error in a slot is logged and shown as one line in the status bar, and the
+    window carries on (PySide would otherwise print a traceback and continue anyway)."""
+    from PySide6.QtWidgets import QApplication, QMainWindow
+
+    def hook(kind, value, tb) -> None:
+        log.error("unexpected error: %s", "".join(traceback.format_exception(kind, value, tb)))
+        for widget in QApplication.topLevelWidgets():
+            if isinstance(widget, QMainWindow) and widget.isVisible():
+                widget.statusBar().showMessage(f"unexpected error: {kind.__name__}: {value}", 20000)
+
+    sys.excepthook = hook
+
+
+def run_window(self_test: str | None = None) -> int:
+    """Open the window (or run the self-test writing a screenshot to `self_test`); exit code."""
+    if self_test and not has_display():
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        # the offscreen plugin warns about window hints it cannot honour: noise, not a failure
+        os.environ.setdefault("QT_LOGGING_RULES", "qt.qpa.*=false")
+    if not has_display():
+        print("specula: error: no display (DISPLAY and WAYLAND_DISPLAY are unset); "
+              "use the command line (`specula --help`) or set QT_QPA_PLATFORM=offscreen", file=sys.stderr)
+        return 1
+    app = make_app()
+    _install_excepthook()
+    if self_test:
+        from app.ui.selftest import run_self_test
+
+        return run_self_test(app, self_test)
+
+    from app.engine.errors import SpeculaError
+    from app.ui.main_window import MainWindow
+
+    try:
+        window = MainWindow()
+    except SpeculaError as exc:  # e.g. the history is in use by another Specula
+        print(f"specula: error: {exc}", file=sys.stderr)
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.critical(None, APP_NAME, str(exc))
+        return 1
+    window.show()
+    code = app.exec()
+    if window.thread_stuck:
+        # A load that ignores cancel is still running; destroying its QThread would abort the
+        # process, so leave at once (the history was closed cleanly before).
+        logging.shutdown()
+        os._exit(code)
+    return code

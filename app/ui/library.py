@@ -1,0 +1,97 @@
+"""The window's model library: the hub layer's local library (built-in demo models, the Hugging
+Face cache, folders the user added) plus single GGUF files the user added.
+
+Plain Python (header reads only, no torch, no Qt): `scan_library` runs on a background thread and
+returns one entry per model, with its header facts or the one-line reason it cannot be used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from app.engine.errors import SpeculaError
+from app.engine.gguf_info import GGUFInfo, format_bytes, read_gguf_info
+from app.hub.library import LocalModel, list_local_models
+
+log = logging.getLogger(__name__)
+
+BUILTIN, CACHE, FOLDER, FILE = "builtin", "hf-cache", "folder", "file"  # LocalModel.source, plus FILE
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    path: str  # "" for a built-in model that is not installed
+    title: str
+    source: str  # BUILTIN, CACHE, FOLDER or FILE
+    info: GGUFInfo | None = None
+    error: str | None = None  # why it cannot be used (not a GGUF, truncated, not installed)
+
+    @property
+    def usable(self) -> bool:
+        return self.info is not None
+
+    def facts(self) -> str:
+        """One line of header facts: 'llama · 135M params · Q4_1 · ctx 8,192 · vocab 49,152'."""
+        if self.info is None:
+            return self.error or "unreadable"
+        return " · ".join(fact_parts(self.info))
+
+
+def fact_parts(info: GGUFInfo) -> list[str]:
+    parts = [info.architecture, f"{count_text(info.n_params)} params"]
+    if info.file_type:
+        parts.append(info.file_type)
+    parts += [f"ctx {info.context_length:,}", f"vocab {info.vocab_size:,}"]
+    if info.file_size:
+        parts.append(format_bytes(info.file_size))
+    if not info.has_chat_template:
+        parts.append("no chat template")
+    return parts
+
+
+def count_text(n: int) -> str:
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}" if n < 10 * div else f"{n / div:.0f}{unit}"
+    return str(n)
+
+
+def entry_for_file(path: Path, source: str, title: str | None = None) -> LibraryEntry:
+    try:
+        info = read_gguf_info(path)
+    except SpeculaError as exc:
+        return LibraryEntry(str(path), title or path.name, source, None, str(exc))
+    return LibraryEntry(str(path), title or info.name or path.stem, source, info)
+
+
+def _entry(model: LocalModel) -> LibraryEntry:
+    title = model.name
+    if model.source == FOLDER:
+        title = model.info.name if model.info is not None and model.info.name else Path(model.name).name
+    return LibraryEntry(str(model.path), title, model.source, model.info if model.usable else None,
+                        None if model.usable else model.error or "unreadable")
+
+
+def scan_library(files: Iterable[str], folders: Iterable[str], builtins: bool = True) -> list[LibraryEntry]:
+    """Every model of the library, each file once: the hub layer's local library (built-ins, the
+    Hugging Face cache, the added folders), then single files the user added."""
+    folders = list(folders)
+    entries = [_entry(m) for m in list_local_models([Path(f) for f in folders if Path(f).is_dir()],
+                                                    include_builtin=builtins)]
+    seen = {_key(e.path) for e in entries}
+    for name in folders:
+        if not Path(name).is_dir():
+            entries.append(LibraryEntry(name, Path(name).name or name, FOLDER, None, f"{name}: folder not found"))
+    for name in files:
+        if _key(name) not in seen:
+            seen.add(_key(name))
+            entries.append(entry_for_file(Path(name), FILE))
+    return entries
+
+
+def _key(path: str) -> str:
+    return os.path.realpath(path)

@@ -1,0 +1,367 @@
+"""The main window: chats on the left, the conversation in the middle, models and charts on the right.
+
+It wires the parts together and owns the lifetimes: the model host's thread, the history store
+and the settings. Closing it during a reply stops the reply, waits for the host to say so (the
+reply's last text and stats are saved), and only then closes the history.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QCoreApplication, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.history import HistoryStore
+from app.ui.charts import LiveCharts
+from app.ui.chat_controller import ChatController
+from app.ui.chat_list import ChatList
+from app.ui.chat_panel import ChatPanel
+from app.ui.discover import DiscoverPanel
+from app.ui.gen_form import GenSettingsForm
+from app.ui.library_panel import LibraryPanel
+from app.ui.pair_picker import PairPicker
+from app.ui.paths import history_path, open_settings
+from app.worker.host import HostThread
+from app.worker.requests import GenSettings, PairSpec
+from app.worker.tasks import wait_for_tasks
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 20.0  # closing waits this long for a load or a reply to stop
+
+
+class MainWindow(QMainWindow):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWindowTitle("Specula")
+        self.settings = open_settings()
+        self.store = HistoryStore(history_path())
+        self.host_thread = HostThread()
+        self.host = self.host_thread.host
+        self.loaded_facts: dict[str, Any] | None = None
+        self.thread_stuck = False
+        self._loading_spec: PairSpec | None = None
+        self._restored_pair = False
+        self._closed = False
+
+        self._build()
+        self._connect()
+        self._restore()
+        self.host.probe_devices()
+        self.library.rescan()
+        self.panel.input.setFocus()
+
+    # --- construction -------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.chat_list = ChatList(self.store, self)
+        # Titles are elided to the width: a horizontal scroll bar would only waste a row.
+        self.chat_list.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.panel = ChatPanel()
+        self.charts = LiveCharts()
+        self.picker = PairPicker()
+        self.gen_form = GenSettingsForm()
+        self.library = LibraryPanel(self.settings)
+        self.controller = ChatController(
+            self.store, self.host, self.panel, self.charts, self.settings,
+            self.gen_form.settings, self.loaded_main_path,
+        )
+
+        model_page = QWidget()
+        model_layout = QVBoxLayout(model_page)
+        model_layout.addWidget(self.picker)
+        model_layout.addWidget(self.gen_form)
+        model_layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(model_page)
+        self.models_tabs = QTabWidget()
+        self.models_tabs.addTab(scroll, "Model")
+        self.models_tabs.addTab(self.library, "Library")
+        self.discover = DiscoverPanel()
+        self.add_models_tab(self.discover, "Discover")
+
+        self.save_chart_button = QPushButton("Save chart…")
+        self.save_chart_button.setToolTip("Save the three charts as one PNG image")
+        self.save_chart_button.clicked.connect(self.save_chart)
+        charts_box = QWidget()
+        charts_layout = QVBoxLayout(charts_box)
+        charts_layout.setContentsMargins(4, 0, 4, 0)
+        header = QHBoxLayout()
+        header.addWidget(QLabel("<b>Live charts</b> of the current reply"))
+        header.addStretch(1)
+        header.addWidget(self.save_chart_button)
+        charts_layout.addLayout(header)
+        charts_layout.addWidget(self.charts, 1)
+
+        self.right_splitter = QSplitter(Qt.Orientation.Vertical)
+        self.right_splitter.addWidget(self.models_tabs)
+        self.right_splitter.addWidget(charts_box)
+        self.right_splitter.setSizes([400, 500])
+        self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.main_splitter.addWidget(self.chat_list)
+        self.main_splitter.addWidget(self.panel)
+        self.main_splitter.addWidget(self.right_splitter)
+        self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setSizes([230, 700, 470])
+        self.setCentralWidget(self.main_splitter)
+
+        self.pair_label = QLabel("no model loaded")
+        self.statusBar().addPermanentWidget(self.pair_label)
+        self._build_menus()
+        self.resize(1440, 900)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.new_chat_action = _action(self, "&New chat", QKeySequence.StandardKey.New, self.controller.new_chat)
+        file_menu.addAction(self.new_chat_action)
+        file_menu.addAction(_action(self, "Add GGUF &file…", None, self.library.choose_files))
+        file_menu.addAction(_action(self, "Add &folder…", None, self.library.choose_folder))
+        file_menu.addAction(_action(self, "&Save chart…", None, self.save_chart))
+        file_menu.addSeparator()
+        file_menu.addAction(_action(self, "&Quit", QKeySequence.StandardKey.Quit, self.close))
+        view_menu = self.menuBar().addMenu("&View")
+        mark = QAction("&Mark accepted draft tokens", self, checkable=True, checked=True)
+        mark.toggled.connect(self.panel.mark_toggle.setChecked)
+        self.panel.mark_toggle.toggled.connect(mark.setChecked)
+        view_menu.addAction(mark)
+        escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        escape.activated.connect(self.on_escape)
+
+    def add_models_tab(self, widget: QWidget, title: str) -> None:
+        """Where the Discover panel (hub search and downloads) goes."""
+        self.models_tabs.addTab(widget, title)
+
+    def _connect(self) -> None:
+        self.library.entriesChanged.connect(self._on_library)
+        self.library.mainChosen.connect(self._on_main_chosen)
+        self.library.message.connect(self.show_message)
+        self.discover.statusMessage.connect(self.show_message)
+        self.discover.downloaded.connect(self._on_downloaded)
+        self.picker.selectionChanged.connect(self._on_pair_selection)
+        self.models_tabs.currentChanged.connect(self._on_models_tab)
+        self.host.devicesFound.connect(self.picker.set_devices)
+        self.host.loadProgress.connect(self.picker.set_progress)
+        self.host.loaded.connect(self._on_loaded)
+        self.host.loadFailed.connect(self._on_load_failed)
+        self.picker.loadRequested.connect(self.load_pair)
+        self.picker.cancelRequested.connect(self.cancel_load)
+        self.controller.message.connect(self.show_message)
+        self.controller.busyChanged.connect(self._on_busy)
+        self.controller.chatOpened.connect(self._on_chat_opened)
+        self.chat_list.chatSelected.connect(self._on_chat_selected)
+        self.chat_list.newChatRequested.connect(self.controller.new_chat)
+        self.chat_list.chatDeleted.connect(self.controller.chat_deleted)
+        self.chat_list.errorOccurred.connect(self.show_message)
+
+    # --- models -------------------------------------------------------------------------------
+
+    def loaded_main_path(self) -> str | None:
+        return self.loaded_facts["main_path"] if self.loaded_facts else None
+
+    def load_pair(self, spec: PairSpec) -> None:
+        if self.controller.busy:
+            self.show_message("a reply is being generated: stop it (Esc) before loading")
+            return
+        self._loading_spec = spec
+        self.loaded_facts = None
+        self.pair_label.setText("loading…")
+        self.picker.set_loading(True)
+        self.panel.send_button.setEnabled(False)
+        self.host.load(spec)
+
+    def cancel_load(self) -> None:
+        # A direct call: a signal connected to the host's method would be queued behind the
+        # very load it is meant to stop (the host lives on its own thread).
+        self.host.cancel()
+
+    def _on_loaded(self, facts: dict) -> None:
+        spec, self._loading_spec = self._loading_spec, None
+        # The library's titles, as the pickers show them (a file's general.name can be cryptic).
+        facts = {**facts, "main_name": self._title(facts["main_path"], facts["main_name"]),
+                 "draft_name": self._title(facts.get("draft_path"), facts.get("draft_name"))}
+        self.loaded_facts = facts
+        self.picker.set_loading(False)
+        self.picker.set_loaded(facts, spec)
+        self.panel.send_button.setEnabled(True)
+        self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
+        self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
+        drafter = {"lookup": "prompt lookup", "none": "no draft"}.get(facts["drafter"], facts.get("draft_name"))
+        self.pair_label.setText(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")
+        self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
+        if spec is not None:
+            self.settings.setValue("pair/last", json.dumps(spec.__dict__))
+
+    def _title(self, path: str | None, fallback: str | None) -> str | None:
+        entry = next((e for e in self.library.entries() if path and e.path == path), None)
+        return entry.title if entry is not None else fallback
+
+    def _on_load_failed(self, message: str) -> None:
+        self._loading_spec = None
+        self.loaded_facts = None
+        self.picker.set_loading(False)
+        self.picker.set_failed(message)
+        self.picker.load_button.setFocus()
+        self.panel.send_button.setEnabled(True)
+        self.pair_label.setText("no model loaded")
+        self.show_message(message)
+
+    def _on_library(self, entries: list) -> None:
+        self.picker.set_entries(entries)
+        if not self._restored_pair:
+            self._restored_pair = True
+            self._restore_pair()
+
+    def _on_downloaded(self, path: str) -> None:
+        self.library.rescan()  # Discover downloads into the HF cache, which the library scans
+        self.show_message(f"downloaded {Path(path).name}: it is in the library")
+
+    def _on_models_tab(self, index: int) -> None:
+        """Discover needs room for two lists and the file's facts: give it most of the column
+        while it is shown, and the charts their space back afterwards."""
+        total = sum(self.right_splitter.sizes())
+        if self.models_tabs.widget(index) is self.discover:
+            self._charts_share = self.right_splitter.sizes()
+            self.right_splitter.setSizes([int(total * 0.75), total - int(total * 0.75)])
+        elif getattr(self, "_charts_share", None):
+            self.right_splitter.setSizes(self._charts_share)
+            self._charts_share = None
+
+    def _on_pair_selection(self) -> None:
+        """Discover judges files as drafts for the main model chosen here."""
+        main = self.picker.main_entry()
+        self.discover.set_main_model(main.info if main is not None else None)
+
+    def _on_main_chosen(self, path: str) -> None:
+        self.picker.select_main(path)
+        self.models_tabs.setCurrentIndex(0)
+
+    # --- chats --------------------------------------------------------------------------------
+
+    def _on_chat_selected(self, chat_id: int) -> None:
+        if chat_id != self.controller.chat_id:
+            self.controller.open_chat(chat_id)
+
+    def _on_chat_opened(self, chat_id: int | None) -> None:
+        self.chat_list.refresh(select_id=chat_id)
+
+    def _on_busy(self, busy: bool) -> None:
+        self.picker.load_button.setEnabled(not busy)
+        if not busy:
+            self.panel.input.setFocus()
+        if not busy and self.controller.chat_id is not None:
+            self.chat_list.refresh(select_id=self.controller.chat_id)
+
+    def on_escape(self) -> None:
+        """Esc stops a reply, else cancels a load, else leaves editing."""
+        if self.controller.busy:
+            self.controller.stop()
+        elif self._loading_spec is not None:
+            self.cancel_load()
+        else:
+            self.controller.cancel_edit()
+
+    # --- misc ---------------------------------------------------------------------------------
+
+    def show_message(self, text: str) -> None:
+        self.statusBar().showMessage(text, 15000)
+
+    def save_chart(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save chart", "specula-chart.png", "PNG images (*.png)")
+        if path:
+            try:
+                self.charts.save_png(path)
+                self.show_message(f"chart saved to {path}")
+            except Exception as exc:  # a one-line message, never a crash
+                self.show_message(str(exc))
+
+    # --- settings -----------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        for key, splitter in (("window/main_splitter", self.main_splitter), ("window/right_splitter", self.right_splitter)):
+            state = self.settings.value(key)
+            if isinstance(state, QByteArray):
+                splitter.restoreState(state)
+        self.gen_form.set_settings(GenSettings.from_dict(_json(self.settings.value("gen/settings"))))
+        self.panel.mark_toggle.setChecked(str(self.settings.value("view/mark_drafts", "true")).lower() == "true")
+        last_chat = self.settings.value("chat/last")
+        self.controller.open_chat(int(last_chat) if str(last_chat or "").isdigit() else None)
+
+    def _restore_pair(self) -> None:
+        last = _json(self.settings.value("pair/last"))
+        if not last:
+            return
+        if self.picker.select_main(str(last.get("main_path", ""))):
+            self.picker.select_draft(str(last.get("drafter", "lookup")), last.get("draft_path"))
+            self.picker.main_offload.set_gpu_layers(last.get("main_gpu_layers"))
+            self.picker.draft_offload.set_gpu_layers(last.get("draft_gpu_layers"))
+
+    def save_settings(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/main_splitter", self.main_splitter.saveState())
+        self.settings.setValue("window/right_splitter", self.right_splitter.saveState())
+        self.settings.setValue("gen/settings", json.dumps(self.gen_form.settings().to_dict()))
+        self.settings.setValue("view/mark_drafts", self.panel.mark_toggle.isChecked())
+        if self.controller.chat_id is not None:
+            self.settings.setValue("chat/last", self.controller.chat_id)
+        self.settings.sync()
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
+        if not self._closed:
+            self.shutdown()
+        event.accept()
+
+    def shutdown(self) -> None:
+        """Stop the reply or load, keep everything received, and release the history."""
+        self._closed = True
+        self.panel.flush_system_prompt()
+        self.save_settings()
+        self.discover.shutdown()  # a download in flight keeps its partial for next time
+        stopped = self.host_thread.stop(STOP_TIMEOUT_S)
+        # The reply's last steps and its end are queued for this thread: deliver them, so the
+        # controller saves the final text and stats before the history closes.
+        QCoreApplication.processEvents()
+        if self.controller.busy:
+            self.controller.finish_now()
+        self.thread_stuck = not stopped
+        wait_for_tasks(3000)
+        self.store.close()
+
+
+def _action(parent: QWidget, text: str, shortcut, slot) -> QAction:
+    action = QAction(text, parent)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+    action.triggered.connect(slot)
+    return action
+
+
+def _json(value: Any) -> dict:
+    if not value:
+        return {}
+    try:
+        data = json.loads(str(value))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

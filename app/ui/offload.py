@@ -1,0 +1,107 @@
+"""GPU offload of one model as llama.cpp's -ngl: a layers slider whose top is "all", with the device
+and a memory estimate from the GGUF header; disabled, with the reason, where there is no GPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+
+from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.ui.style import small_muted_label
+
+KV_TOKENS = 4096  # the KV estimate is shown for this many tokens of context
+
+
+class OffloadControl(QWidget):
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._info: GGUFInfo | None = None
+        self._devices: dict[str, Any] | None = None
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setToolTip(
+            "Layers computed on the GPU (llama.cpp's -ngl). At the right end all layers are on "
+            "the GPU; at the left end the model runs on the CPU only."
+        )
+        self.slider.valueChanged.connect(self._update)
+        self.value_label = QLabel()
+        self.value_label.setMinimumWidth(90)
+        self.detail = small_muted_label()
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel("GPU layers"))
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.value_label)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(row)
+        layout.addWidget(self.detail)
+        self._update()
+
+    def set_model(self, info: GGUFInfo | None) -> None:
+        keep_all = self._info is None or self.slider.value() >= self.slider.maximum()
+        self._info = info
+        n_layers = info.n_layers if info is not None else 0
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, n_layers)
+        self.slider.setValue(n_layers if keep_all and self.has_gpu() else self.slider.value())
+        self.slider.blockSignals(False)
+        self._update()
+
+    def set_devices(self, facts: dict[str, Any]) -> None:
+        self._devices = facts
+        self.slider.blockSignals(True)
+        # All layers on the GPU when there is one (llama.cpp's default in recent versions);
+        # without one the disabled slider rests at 0, where the model really runs.
+        self.slider.setValue(self.slider.maximum() if self.has_gpu() else 0)
+        self.slider.blockSignals(False)
+        self._update()
+
+    def has_gpu(self) -> bool:
+        return bool(self._devices and self._devices.get("gpu"))
+
+    def gpu_layers(self) -> int:
+        """What the loader gets as n_gpu_layers: 0 without a GPU, else the slider's value."""
+        return self.slider.value() if self.has_gpu() else 0
+
+    def set_gpu_layers(self, value: int | None) -> None:
+        if value is not None:
+            self.slider.setValue(max(0, min(int(value), self.slider.maximum())))
+
+    def _update(self) -> None:
+        info, devices = self._info, self._devices
+        gpu = self.has_gpu()
+        self.slider.setEnabled(gpu and info is not None)
+        n, total = self.slider.value(), self.slider.maximum()
+        if not gpu:
+            self.value_label.setText("CPU only")
+        elif n >= total:
+            self.value_label.setText(f"all ({total})")
+        else:
+            self.value_label.setText(f"{n} / {total}")
+        if devices is None:
+            where = "checking for a GPU…"
+        elif not gpu:
+            where = devices.get("reason") or "no GPU"
+        else:
+            where = f"GPU: {devices.get('name') or devices['gpu']}"
+            if devices.get("total_bytes"):
+                where += f", {format_bytes(devices['total_bytes'])}"
+        self.slider.setToolTip(self.slider.toolTip().split("\n\n")[0] + ("" if gpu else f"\n\nDisabled: {where}"))
+        self.detail.setText(where if info is None else f"{where}\n{self.estimate(info, n if gpu else 0)}")
+        self.changed.emit()
+
+    def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
+        devices = self._devices or {}
+        dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
+        weights = info.memory_bytes(dtype)
+        kv = info.kv_bytes_per_token(dtype) * KV_TOKENS
+        text = f"≈ {format_bytes(weights)} weights ({dtype}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
+        if gpu_layers and info.n_layers:
+            on_gpu = weights * min(gpu_layers, info.n_layers) // info.n_layers
+            text += f"; ≈ {format_bytes(on_gpu)} on the GPU"
+        return text

@@ -1,0 +1,299 @@
+"""Pick the pair: a main model, and a draft model (compatible ones only), prompt lookup or none;
+GPU offload for each; Load with progress and Cancel.
+
+Compatibility is decided on GGUF headers with llama.cpp's rules (app.engine.compat) before anything
+is loaded: incompatible models stay in the draft list, greyed, with the failed rule as the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.compat import check_compatibility
+from app.ui.library import LibraryEntry
+from app.ui.offload import OffloadControl
+from app.ui.style import small_muted_label
+from app.worker.requests import LOOKUP, MODEL, NONE, PairSpec
+
+KIND_ROLE = Qt.ItemDataRole.UserRole + 1
+PATH_ROLE = Qt.ItemDataRole.UserRole + 2
+LOOKUP_TEXT = "Prompt lookup (no draft model)"
+NONE_TEXT = "None (plain decoding)"
+
+
+class PairPicker(QWidget):
+    """loadRequested(PairSpec) when Load is pressed; cancelRequested() for Cancel."""
+
+    loadRequested = Signal(object)
+    cancelRequested = Signal()
+    selectionChanged = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._entries: list[LibraryEntry] = []
+        self._loaded_spec: PairSpec | None = None
+        self._loading = False
+        self._draft_pref: tuple[str, str | None] = (LOOKUP, None)  # the user's last draft choice
+
+        self.main_combo = _combo()
+        self.main_combo.setToolTip("The model that writes the reply. Its output is what you get, drafts or not.")
+        self.main_combo.currentIndexChanged.connect(self._on_main_changed)
+        self.main_facts = _small_label()
+        self.main_offload = OffloadControl()
+
+        self.draft_combo = _combo()
+        self.draft_combo.setToolTip(
+            "What guesses the next tokens for the main model to check in one pass: a small model "
+            "with the same vocabulary, prompt lookup (copies from the conversation, no second "
+            "model), or none. Incompatible models are greyed, with the reason."
+        )
+        self.draft_combo.currentIndexChanged.connect(self._on_draft_changed)
+        self.draft_facts = _small_label()
+        self.draft_offload = OffloadControl()
+
+        self.load_button = QPushButton("Load")
+        self.load_button.setDefault(True)
+        self.load_button.clicked.connect(self._on_load)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancelRequested)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("")
+        self.state_label = _small_label("Nothing loaded.")
+
+        main_box = QGroupBox("Main model")
+        main_layout = QVBoxLayout(main_box)
+        for widget in (self.main_combo, self.main_facts, self.main_offload):
+            main_layout.addWidget(widget)
+        draft_box = QGroupBox("Draft")
+        draft_layout = QVBoxLayout(draft_box)
+        for widget in (self.draft_combo, self.draft_facts, self.draft_offload):
+            draft_layout.addWidget(widget)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.load_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.progress, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(main_box)
+        layout.addWidget(draft_box)
+        layout.addLayout(buttons)
+        layout.addWidget(self.state_label)
+        self._refresh_draft_controls()
+
+    # --- library and devices ------------------------------------------------------------------
+
+    def set_entries(self, entries: list[LibraryEntry]) -> None:
+        """Fill the main list from the library, keeping the current choices where possible."""
+        main_path, (kind, draft_path) = self.main_path(), self._draft_pref
+        self._entries = list(entries)
+        model = QStandardItemModel(self.main_combo)
+        for entry in entries:
+            item = QStandardItem(entry.title if entry.usable else f"{entry.title} — unusable")
+            item.setData(entry.path, PATH_ROLE)
+            item.setToolTip(entry.facts() if entry.usable else entry.error or "")
+            item.setEnabled(entry.usable)
+            model.appendRow(item)
+        self.main_combo.blockSignals(True)
+        self.main_combo.setModel(model)
+        self.main_combo.setCurrentIndex(-1)
+        self.main_combo.blockSignals(False)
+        if not self.select_main(main_path or ""):
+            first = next((i for i, e in enumerate(entries) if e.usable), -1)
+            self.main_combo.setCurrentIndex(first)
+            self._on_main_changed()
+        self.select_draft(kind, draft_path)
+
+    def set_devices(self, facts: dict[str, Any]) -> None:
+        self.main_offload.set_devices(facts)
+        self.draft_offload.set_devices(facts)
+
+    # --- the selection ------------------------------------------------------------------------
+
+    def main_entry(self) -> LibraryEntry | None:
+        path = self.main_path()
+        return next((e for e in self._entries if e.path == path and e.usable), None)
+
+    def main_path(self) -> str | None:
+        return self.main_combo.currentData(PATH_ROLE) if self.main_combo.currentIndex() >= 0 else None
+
+    def draft_choice(self) -> tuple[str, str | None]:
+        """(NONE | LOOKUP | MODEL, the draft's path for MODEL)."""
+        if self.draft_combo.currentIndex() < 0:
+            return NONE, None
+        return self.draft_combo.currentData(KIND_ROLE) or NONE, self.draft_combo.currentData(PATH_ROLE)
+
+    def select_main(self, path: str) -> bool:
+        for row in range(self.main_combo.count()):
+            item = self.main_combo.model().item(row)
+            if item.data(PATH_ROLE) == path and item.isEnabled():
+                self.main_combo.setCurrentIndex(row)
+                return True
+        return False
+
+    def select_draft(self, kind: str, path: str | None = None) -> bool:
+        for row in range(self.draft_combo.count()):
+            item = self.draft_combo.model().item(row)
+            if item.data(KIND_ROLE) == kind and (kind != MODEL or item.data(PATH_ROLE) == path):
+                if item.isEnabled():
+                    self.draft_combo.setCurrentIndex(row)
+                    return True
+        return False
+
+    def draft_items(self) -> list[tuple[str, bool, str]]:
+        """(text, enabled, tooltip) of each draft choice: what the user sees in the list."""
+        model = self.draft_combo.model()
+        return [(model.item(r).text(), model.item(r).isEnabled(), model.item(r).toolTip())
+                for r in range(self.draft_combo.count())]
+
+    def spec(self) -> PairSpec | None:
+        main = self.main_entry()
+        if main is None:
+            return None
+        kind, draft_path = self.draft_choice()
+        return PairSpec(
+            main_path=main.path,
+            drafter=kind,
+            draft_path=draft_path if kind == MODEL else None,
+            main_gpu_layers=self.main_offload.gpu_layers(),
+            draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
+        )
+
+    # --- loading state ------------------------------------------------------------------------
+
+    def set_loading(self, loading: bool) -> None:
+        self._loading = loading
+        for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload, self.load_button):
+            widget.setEnabled(not loading)
+        self.cancel_button.setEnabled(loading)
+        if loading:
+            self.progress.setValue(0)
+            self.progress.setFormat("starting…")
+        self._refresh_draft_controls()
+
+    def set_progress(self, stage: str, fraction: float) -> None:
+        self.progress.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
+        self.progress.setFormat(f"{stage} %p%")
+
+    def set_loaded(self, facts: dict[str, Any], spec: PairSpec | None) -> None:
+        self._loaded_spec = spec
+        self.progress.setValue(1000)
+        self.progress.setFormat("loaded")
+        self.state_label.setText(loaded_text(facts))
+        self.state_label.setToolTip(loaded_text(facts))
+
+    def set_failed(self, message: str) -> None:
+        self.progress.setValue(0)
+        self.progress.setFormat("")
+        kept = " (the previous pair was unloaded)" if self._loaded_spec is not None else ""
+        self._loaded_spec = None
+        self.state_label.setText(f"<span style='color:#b91c1c'>Not loaded: {_escape(message)}</span>{kept}")
+
+    def loaded_spec(self) -> PairSpec | None:
+        return self._loaded_spec
+
+    # --- reactions ----------------------------------------------------------------------------
+
+    def _on_load(self) -> None:
+        spec = self.spec()
+        if spec is not None:
+            self.loadRequested.emit(spec)
+
+    def _on_main_changed(self, _index: int = 0) -> None:
+        main = self.main_entry()
+        self.main_facts.setText(main.facts() if main is not None else "Add a GGUF file in the Library tab.")
+        self.main_offload.set_model(main.info if main is not None else None)
+        self._fill_drafts(main)
+        self.load_button.setEnabled(main is not None and not self._loading)
+        self.selectionChanged.emit()
+
+    def _fill_drafts(self, main: LibraryEntry | None) -> None:
+        kind, path = self._draft_pref
+        model = QStandardItemModel(self.draft_combo)
+        for text, item_kind in ((NONE_TEXT, NONE), (LOOKUP_TEXT, LOOKUP)):
+            item = QStandardItem(text)
+            item.setData(item_kind, KIND_ROLE)
+            model.appendRow(item)
+        for entry in self._entries:
+            if main is None or not entry.usable or entry.path == main.path:
+                continue
+            result = check_compatibility(main.info, entry.info)
+            item = QStandardItem(entry.title if result.compatible else f"{entry.title} — incompatible: {result.reason}")
+            item.setData(MODEL, KIND_ROLE)
+            item.setData(entry.path, PATH_ROLE)
+            item.setEnabled(result.compatible)
+            item.setToolTip(entry.facts() if result.compatible else f"Cannot draft for {main.title}: {result.reason}")
+            model.appendRow(item)
+        self.draft_combo.blockSignals(True)
+        self.draft_combo.setModel(model)
+        self.draft_combo.blockSignals(False)
+        self.draft_combo.blockSignals(True)
+        if not self.select_draft(kind, path):
+            self.select_draft(LOOKUP)
+        self.draft_combo.blockSignals(False)
+        self._show_draft()
+
+    def _on_draft_changed(self, _index: int = 0) -> None:
+        self._draft_pref = self.draft_choice()
+        self._show_draft()
+
+    def _show_draft(self) -> None:
+        kind, path = self.draft_choice()
+        entry = next((e for e in self._entries if e.path == path), None) if kind == MODEL else None
+        if kind == LOOKUP:
+            self.draft_facts.setText("Drafts by copying what followed the last few tokens earlier in the chat.")
+        elif kind == NONE:
+            self.draft_facts.setText("No drafting: plain decoding, the speed reference.")
+        else:
+            self.draft_facts.setText(entry.facts() if entry is not None else "")
+        self.draft_offload.set_model(entry.info if entry is not None else None)
+        self._refresh_draft_controls()
+        self.selectionChanged.emit()
+
+    def _refresh_draft_controls(self) -> None:
+        self.draft_offload.setVisible(self.draft_choice()[0] == MODEL)
+
+
+def loaded_text(facts: dict[str, Any]) -> str:
+    from app.engine.gguf_info import format_bytes
+
+    draft = {LOOKUP: "prompt lookup", NONE: "no drafting"}.get(facts.get("drafter"), facts.get("draft_name"))
+    text = (f"Loaded {facts.get('main_name')} ({facts.get('main_plan')}) with {draft} "
+            f"in {facts.get('load_s', 0):.1f} s, ≈ {format_bytes(facts.get('memory_bytes', 0))}")
+    if facts.get("draft_plan"):
+        text += f"; draft on {facts['draft_plan']}"
+    return text
+
+
+def _combo() -> QComboBox:
+    combo = QComboBox()
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(20)
+    combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+    return combo
+
+
+def _small_label(text: str = "") -> QLabel:
+    return small_muted_label(text)
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,148 @@
+"""Engine calls made on the model host's thread: load a pair, build decode settings, probe devices.
+
+torch and transformers are imported inside these functions, on the worker thread, so that the
+window opens at once and the UI modules never import them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from app.worker.requests import LOOKUP, MODEL, GenSettings, PairSpec
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, float], None]
+Cancel = Callable[[], bool]
+
+
+@dataclass
+class LoadedPair:
+    """A loaded main model, its KV cache (kept across turns) and its drafter."""
+
+    main: Any  # app.engine.loader.LoadedModel
+    kv: Any  # app.engine.kvmodel.KVModel
+    drafter: Any  # app.engine.drafters.Drafter
+    spec: PairSpec
+    draft: Any = None  # LoadedModel of the draft model, when there is one
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def reset_state(self) -> None:
+        """After a failed generation the caches may hold anything: start them afresh."""
+        self.kv.reset()
+        self.drafter = make_drafter(self.main, self.spec, self.draft)
+
+
+def make_drafter(main, spec: PairSpec, draft=None):
+    from app.engine.pair import LOOKUP as ENGINE_LOOKUP
+    from app.engine.pair import NONE as ENGINE_NONE
+    from app.engine.pair import make_drafter as engine_make_drafter
+
+    if spec.drafter == MODEL:
+        return engine_make_drafter(main, draft=draft)
+    return engine_make_drafter(main, ENGINE_LOOKUP if spec.drafter == LOOKUP else ENGINE_NONE)
+
+
+def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
+    """Load the main model (and the draft model, checked against it first). Progress fractions
+    cover the whole pair: the main model takes most of the bar when there is a draft model."""
+    from app.engine.gguf_info import read_gguf_info
+    from app.engine.loader import load_model
+    from app.engine.pair import check_pair
+
+    main_share = 0.8 if spec.drafter == MODEL else 1.0
+    if spec.drafter == MODEL:
+        # Refuse an incompatible pair before spending time on the main model.
+        check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
+    main = load_model(
+        spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, cancel=cancel,
+        progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
+    )
+    draft = None
+    if spec.drafter == MODEL:
+        draft = load_model(
+            spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, cancel=cancel,
+            progress=lambda stage, frac: progress(f"draft model: {stage}", main_share + frac * (1 - main_share)),
+        )
+    progress("ready", 1.0)
+    pair = LoadedPair(main=main, kv=main.kv_model(), drafter=make_drafter(main, spec, draft), spec=spec, draft=draft)
+    pair.facts = pair_facts(pair)
+    return pair
+
+
+def pair_facts(pair: LoadedPair) -> dict[str, Any]:
+    """What the window shows about a loaded pair (plain data for a signal)."""
+    main, draft = pair.main, pair.draft
+    memory = main.info.memory_bytes(main.plan.dtype_name)
+    load_s = main.load_s
+    if draft is not None:
+        memory += draft.info.memory_bytes(draft.plan.dtype_name)
+        load_s += draft.load_s
+    return {
+        "main_name": main.name,
+        "main_path": str(main.path),
+        "main_plan": main.plan.describe(),
+        "draft_name": draft.name if draft is not None else None,
+        "draft_path": str(draft.path) if draft is not None else None,
+        "draft_plan": draft.plan.describe() if draft is not None else None,
+        "drafter": pair.spec.drafter,
+        "drafter_name": pair.drafter.name,
+        "load_s": load_s,
+        "memory_bytes": memory,
+        "n_ctx": pair.kv.n_ctx,
+        "chat_template": bool(main.info.has_chat_template),
+        "rope_fix": main.rope_fix,
+    }
+
+
+def decode_settings(settings: GenSettings):
+    """GenSettings -> the engine's DecodeSettings, refusing values the engine cannot use."""
+    from app.engine.errors import SpeculaError
+    from app.engine.sampling import SamplingParams
+    from app.engine.speculative import DecodeSettings
+
+    if settings.max_tokens < 1:
+        raise SpeculaError("max tokens must be at least 1")
+    if settings.draft_max < 1:
+        raise SpeculaError("draft max must be at least 1")
+    sampling = SamplingParams(
+        temperature=settings.temperature,
+        top_k=settings.top_k,
+        top_p=settings.top_p,
+        min_p=settings.min_p,
+        seed=None if settings.seed < 0 else settings.seed,
+    )
+    return DecodeSettings(
+        max_new_tokens=settings.max_tokens,
+        draft_max=settings.draft_max,
+        draft_min=settings.draft_min,
+        draft_p_min=settings.draft_p_min,
+        sampling=sampling,
+        adaptive_draft=settings.adaptive_draft,
+    )
+
+
+def device_facts() -> dict[str, Any]:
+    """Is there a GPU torch can use, its name and memory, and the dtype each device loads in."""
+    import torch
+
+    from app.engine.device import auto_dtype, available_gpu
+
+    gpu = available_gpu()
+    facts: dict[str, Any] = {
+        "gpu": gpu, "name": None, "total_bytes": None, "free_bytes": None, "reason": None,
+        "cpu_dtype": str(auto_dtype(None)).removeprefix("torch."),
+        "gpu_dtype": str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None,
+    }
+    if gpu == "cuda":
+        facts["name"] = torch.cuda.get_device_name(0)
+        free, total = torch.cuda.mem_get_info()
+        facts.update(free_bytes=int(free), total_bytes=int(total))
+    elif gpu == "mps":
+        facts["name"] = "Apple GPU (MPS)"
+    else:
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        facts["reason"] = f"no GPU: torch {torch.__version__} ({build}) sees none"
+    return facts

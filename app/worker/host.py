@@ -1,0 +1,195 @@
+"""ModelHost: the loaded models on their own thread, driven by queued calls, reporting by signals.
+
+The pattern is Spyder's workers: a QObject moved to a QThread; the GUI thread calls the public
+methods, which only emit private signals (queued to the host's thread, so they return at once);
+the host answers with public signals carrying plain data. Each job gets its own cancel flag
+(a threading.Event) the moment it is asked for, so a cancel pressed before the job even starts
+is not lost, and the engine checks it between steps (generation) or tensors (loading).
+
+Every job ends with exactly one terminal signal, emitted from a `finally`, so the window always
+leaves its busy state: a load ends with `loaded` or `loadFailed`, a generation with `finished`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.worker.requests import ChatRequest, PairSpec
+
+log = logging.getLogger(__name__)
+
+
+def one_line(exc: BaseException) -> str:
+    """The user-facing line for an error: SpeculaError messages as they are, others named."""
+    from app.engine.errors import SpeculaError
+
+    text = str(exc).strip().splitlines()
+    first = text[0][:300] if text else ""
+    if isinstance(exc, SpeculaError):
+        return first or type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+class ModelHost(QObject):
+    """Owns the main model, its draft and the KV caches. Lives on a HostThread."""
+
+    devicesFound = Signal(dict)  # engine_calls.device_facts()
+    loadProgress = Signal(str, float)  # stage, fraction 0..1 of the whole pair
+    loaded = Signal(dict)  # engine_calls.pair_facts()
+    loadFailed = Signal(str)  # one line; also "loading cancelled"
+    unloaded = Signal()
+    step = Signal(object)  # app.engine.events.StepEvent (frozen dataclass)
+    finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
+
+    _probeRequested = Signal()
+    _loadRequested = Signal(object, object)  # PairSpec, threading.Event
+    _generateRequested = Signal(object, object)  # ChatRequest, threading.Event
+    _unloadRequested = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pair = None  # engine_calls.LoadedPair
+        self._cancel = threading.Event()
+        self._probeRequested.connect(self._probe)
+        self._loadRequested.connect(self._load)
+        self._generateRequested.connect(self._generate)
+        self._unloadRequested.connect(self._unload)
+
+    # --- called from the GUI thread: each only queues a job -------------------------------
+
+    def probe_devices(self) -> None:
+        self._probeRequested.emit()
+
+    def load(self, spec: PairSpec) -> None:
+        self._loadRequested.emit(spec, self._new_job())
+
+    def generate(self, request: ChatRequest) -> None:
+        self._generateRequested.emit(request, self._new_job())
+
+    def unload(self) -> None:
+        self._unloadRequested.emit()
+
+    def cancel(self) -> None:
+        """Stop the current (or just requested) load or generation; safe from any thread."""
+        self._cancel.set()
+
+    def _new_job(self) -> threading.Event:
+        self._cancel = threading.Event()
+        return self._cancel
+
+    # --- run on the host's thread -------------------------------------------------------------
+
+    @Slot()
+    def _probe(self) -> None:
+        from app.worker.engine_calls import device_facts
+
+        try:
+            facts = device_facts()
+        except Exception as exc:  # a broken CUDA install must not take the window down
+            log.warning("device probe failed: %s", exc)
+            facts = {"gpu": None, "reason": f"no GPU: {one_line(exc)}", "cpu_dtype": "float32"}
+        self.devicesFound.emit(facts)
+
+    @Slot(object, object)
+    def _load(self, spec: PairSpec, cancel: threading.Event) -> None:
+        from app.worker.engine_calls import load_pair
+
+        facts: dict[str, Any] | None = None
+        error = "loading stopped"
+        try:
+            self._drop_pair()  # free the old pair's memory before loading the new one
+            pair = load_pair(spec, self.loadProgress.emit, cancel.is_set)
+            if cancel.is_set():
+                raise_cancelled()
+            self._pair, facts = pair, pair.facts
+        except Exception as exc:
+            error = one_line(exc)
+            log.info("load failed: %s", error)
+        finally:
+            if facts is not None:
+                self.loaded.emit(facts)
+            else:
+                self.loadFailed.emit(error)
+
+    @Slot(object, object)
+    def _generate(self, request: ChatRequest, cancel: threading.Event) -> None:
+        from app.engine.chat import ChatSession
+        from app.engine.errors import SpeculaError
+        from app.engine.events import DoneEvent
+        from app.worker.engine_calls import decode_settings
+
+        summary: dict[str, Any] | None = None
+        error = ""
+        pair = self._pair
+        try:
+            if pair is None:
+                raise SpeculaError("no model is loaded: pick a main model and press Load")
+            settings = decode_settings(request.settings)
+            session = ChatSession(
+                pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages()
+            )
+            for event in session.reply(request.user_text, pair.drafter, settings, cancel.is_set):
+                if isinstance(event, DoneEvent):
+                    summary = event.summary.to_dict()
+                else:
+                    self.step.emit(event)
+        except Exception as exc:
+            error = one_line(exc)
+            log.warning("generation failed: %s", error)
+            if pair is not None:
+                pair.reset_state()
+        finally:
+            self.finished.emit(summary, error)
+
+    @Slot()
+    def _unload(self) -> None:
+        self._drop_pair()
+        self.unloaded.emit()
+
+    def _drop_pair(self) -> None:
+        if self._pair is None:
+            return
+        self._pair = None
+        import gc
+
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # freeing is best effort
+            pass
+
+
+def raise_cancelled() -> None:
+    from app.engine.errors import LoadCancelled
+
+    raise LoadCancelled("loading cancelled")
+
+
+class HostThread:
+    """Starts a ModelHost on its own QThread; stop() cancels its job and ends the thread."""
+
+    def __init__(self) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("specula-model-host")
+        self.host = ModelHost()
+        self.host.moveToThread(self.thread)
+        self.thread.start()
+
+    def stop(self, timeout_s: float = 20.0) -> bool:
+        """Cancel the running job and wait for the thread; False if it is still running."""
+        self.host.cancel()
+        self.thread.quit()
+        stopped = self.thread.wait(int(timeout_s * 1000))
+        if not stopped:
+            log.warning("model thread still busy after %.0f s", timeout_s)
+        return stopped
+
+    def is_running(self) -> bool:
+        return self.thread.isRunning()
