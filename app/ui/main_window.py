@@ -33,11 +33,14 @@ from app.ui.chat_controller import ChatController
 from app.ui.chat_list import ChatList
 from app.ui.chat_panel import ChatPanel
 from app.ui.discover import DiscoverPanel
+from app.ui.empty_state import EmptyStateController
 from app.ui.gen_form import GenSettingsForm
 from app.ui.library_panel import LibraryPanel
 from app.ui.pair_picker import PairPicker
+from app.ui.serve_panel import ServePanel
 from app.ui.paths import history_path, open_settings
 from app.worker.host import HostThread
+from app.worker.serving import ServerControl
 from app.worker.requests import GenSettings, PairSpec
 from app.worker.tasks import wait_for_tasks
 
@@ -87,6 +90,9 @@ class MainWindow(QMainWindow):
         model_layout = QVBoxLayout(model_page)
         model_layout.addWidget(self.picker)
         model_layout.addWidget(self.gen_form)
+        self.serve_panel = ServePanel()
+        self.server = ServerControl(self)
+        model_layout.addWidget(self.serve_panel)
         model_layout.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -141,6 +147,7 @@ class MainWindow(QMainWindow):
         mark.toggled.connect(self.panel.mark_toggle.setChecked)
         self.panel.mark_toggle.toggled.connect(mark.setChecked)
         view_menu.addAction(mark)
+        view_menu.addAction(_action(self, "&Compare drafts…", "Ctrl+Shift+D", self.open_compare))
         escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         escape.activated.connect(self.on_escape)
 
@@ -156,6 +163,12 @@ class MainWindow(QMainWindow):
         self.discover.downloaded.connect(self._on_downloaded)
         self.picker.selectionChanged.connect(self._on_pair_selection)
         self.models_tabs.currentChanged.connect(self._on_models_tab)
+        self.serve_panel.startRequested.connect(self._start_server)
+        self.serve_panel.stopRequested.connect(self.server.stop)
+        self.server.started.connect(self.serve_panel.set_running)
+        self.server.stopped.connect(self.serve_panel.set_stopped)
+        self.server.failed.connect(self.serve_panel.set_failed)
+        self.server.failed.connect(self.show_message)
         self.host.devicesFound.connect(self.picker.set_devices)
         self.host.loadProgress.connect(self.picker.set_progress)
         self.host.loaded.connect(self._on_loaded)
@@ -169,6 +182,7 @@ class MainWindow(QMainWindow):
         self.chat_list.newChatRequested.connect(self.controller.new_chat)
         self.chat_list.chatDeleted.connect(self.controller.chat_deleted)
         self.chat_list.errorOccurred.connect(self.show_message)
+        self.empty_state = EmptyStateController(self)  # first launch: what to do, in the chat area
 
     # --- models -------------------------------------------------------------------------------
 
@@ -181,10 +195,17 @@ class MainWindow(QMainWindow):
             return
         self._loading_spec = spec
         self.loaded_facts = None
+        if self.server.running:  # it serves the pair being replaced
+            self.server.stop()
+            self.show_message("the API server stopped: it served the model being replaced")
+        self.serve_panel.set_available(False, "loading")
         self.pair_label.setText("loading…")
         self.picker.set_loading(True)
         self.panel.send_button.setEnabled(False)
         self.host.load(spec)
+
+    def _start_server(self, port: int, api_key: str) -> None:
+        self.server.start(self.host.current_pair(), self.gen_form.settings(), port, api_key)
 
     def cancel_load(self) -> None:
         # A direct call: a signal connected to the host's method would be queued behind the
@@ -199,6 +220,7 @@ class MainWindow(QMainWindow):
         self.loaded_facts = facts
         self.picker.set_loading(False)
         self.picker.set_loaded(facts, spec)
+        self.serve_panel.set_available(True)
         self.panel.send_button.setEnabled(True)
         self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
         self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
@@ -215,6 +237,7 @@ class MainWindow(QMainWindow):
     def _on_load_failed(self, message: str) -> None:
         self._loading_spec = None
         self.loaded_facts = None
+        self.serve_panel.set_available(False)
         self.picker.set_loading(False)
         self.picker.set_failed(message)
         self.picker.load_button.setFocus()
@@ -282,6 +305,19 @@ class MainWindow(QMainWindow):
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 15000)
 
+    def open_compare(self) -> None:
+        """View ▸ Compare drafts: a window of its own (grouped bars, curves and a table need room),
+        fed by the library and starting from the main model chosen here."""
+        from app.ui.compare_view import CompareWindow
+
+        if getattr(self, "compare_window", None) is None:
+            self.compare_window = CompareWindow(self.library.entries(), self)
+            self.library.entriesChanged.connect(self.compare_window.set_entries)
+        self.compare_window.select_main(self.loaded_main_path() or self.picker.main_path())
+        self.compare_window.show()
+        self.compare_window.raise_()
+        self.compare_window.activateWindow()
+
     def save_chart(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save chart", "specula-chart.png", "PNG images (*.png)")
         if path:
@@ -338,6 +374,7 @@ class MainWindow(QMainWindow):
         self.panel.flush_system_prompt()
         self.save_settings()
         self.discover.shutdown()  # a download in flight keeps its partial for next time
+        self.server.stop_now()
         stopped = self.host_thread.stop(STOP_TIMEOUT_S)
         # The reply's last steps and its end are queued for this thread: deliver them, so the
         # controller saves the final text and stats before the history closes.

@@ -73,6 +73,12 @@ class ModelHost(QObject):
     def unload(self) -> None:
         self._unloadRequested.emit()
 
+    def current_pair(self):
+        """The loaded pair (engine_calls.LoadedPair) or None. Read from the GUI thread after
+        `loaded`: the host thread sets it before emitting that signal and only replaces it in a
+        later load, which the window requests itself."""
+        return self._pair
+
     def cancel(self) -> None:
         """Stop the current (or just requested) load or generation; safe from any thread."""
         self._cancel.set()
