@@ -143,7 +143,7 @@ def test_errors_end_with_finished_and_the_host_keeps_working(qtbot, host, tiny_p
 def test_bad_settings_are_refused_with_one_line(qtbot, host, tiny_paths):
     load(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), NONE))
     summary, error, _ = generate(qtbot, host, ChatRequest((), "Hi", "", GenSettings(max_tokens=0)))
-    assert summary is None and error == "max tokens must be at least 1"
+    assert summary is None and error == "the number of tokens to generate must be at least 1"
 
 
 def test_load_failures_are_one_line_messages(qtbot, host, tiny_paths, tmp_path):

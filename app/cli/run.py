@@ -51,26 +51,15 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
-    from app.engine.sampling import SamplingParams
-    from app.engine.speculative import DecodeSettings
+    from app.engine.speculative import make_settings
 
     for name in ("n_predict", "draft_max"):
         if getattr(args, name, 1) < 1:
             raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
-    sampling = SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=None if args.seed < 0 else args.seed,
-    )
-    return DecodeSettings(
-        max_new_tokens=args.n_predict,
-        draft_max=args.draft_max,
-        draft_min=args.draft_min,
-        draft_p_min=args.draft_p_min,
-        adaptive_draft=not getattr(args, "draft_fixed", False),
-        sampling=sampling,
+    return make_settings(
+        max_new_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+        min_p=args.min_p, seed=args.seed, draft_max=args.draft_max, draft_min=args.draft_min,
+        draft_p_min=args.draft_p_min, adaptive_draft=not getattr(args, "draft_fixed", False),
     )
 
 

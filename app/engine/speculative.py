@@ -15,7 +15,7 @@ import torch
 
 from app.engine.detok import IncrementalDetokenizer
 from app.engine.drafters import Draft, Drafter, NoDrafter
-from app.engine.errors import ContextFullError
+from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
 from app.engine.kvmodel import KVModel, common_prefix_length
 from app.engine.sampling import (
@@ -48,6 +48,31 @@ class DecodeSettings:
 
 
 CancelCheck = Callable[[], bool]
+
+
+def make_settings(
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    seed: int,
+    draft_max: int,
+    draft_min: int,
+    draft_p_min: float,
+    adaptive_draft: bool = True,
+) -> DecodeSettings:
+    """DecodeSettings from the values a user sets (seed < 0: random), as the command line, the
+    window and the server take them; one-line errors for values the engine cannot use."""
+    if max_new_tokens < 1:
+        raise SpeculaError("the number of tokens to generate must be at least 1")
+    if draft_max < 1:
+        raise SpeculaError("draft max must be at least 1")
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                              seed=None if seed < 0 else seed)
+    return DecodeSettings(max_new_tokens=max_new_tokens, draft_max=draft_max, draft_min=draft_min,
+                          draft_p_min=draft_p_min, sampling=sampling, adaptive_draft=adaptive_draft)
 
 
 class _Counters:

@@ -99,28 +99,12 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
 
 def decode_settings(settings: GenSettings):
     """GenSettings -> the engine's DecodeSettings, refusing values the engine cannot use."""
-    from app.engine.errors import SpeculaError
-    from app.engine.sampling import SamplingParams
-    from app.engine.speculative import DecodeSettings
+    from app.engine.speculative import make_settings
 
-    if settings.max_tokens < 1:
-        raise SpeculaError("max tokens must be at least 1")
-    if settings.draft_max < 1:
-        raise SpeculaError("draft max must be at least 1")
-    sampling = SamplingParams(
-        temperature=settings.temperature,
-        top_k=settings.top_k,
-        top_p=settings.top_p,
-        min_p=settings.min_p,
-        seed=None if settings.seed < 0 else settings.seed,
-    )
-    return DecodeSettings(
-        max_new_tokens=settings.max_tokens,
-        draft_max=settings.draft_max,
-        draft_min=settings.draft_min,
-        draft_p_min=settings.draft_p_min,
-        sampling=sampling,
-        adaptive_draft=settings.adaptive_draft,
+    return make_settings(
+        max_new_tokens=settings.max_tokens, temperature=settings.temperature, top_k=settings.top_k,
+        top_p=settings.top_p, min_p=settings.min_p, seed=settings.seed, draft_max=settings.draft_max,
+        draft_min=settings.draft_min, draft_p_min=settings.draft_p_min, adaptive_draft=settings.adaptive_draft,
     )
 
 
