@@ -15,11 +15,13 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.ui.conversation import ConversationView
+from app.ui.empty_state import EmptyState
 
 
 class MessageBox(QPlainTextEdit):
@@ -56,6 +58,11 @@ class ChatPanel(QWidget):
         self.system_prompt.textChanged.connect(self._prompt_timer.start)
 
         self.view = ConversationView()
+        # First launch (no model, empty chat): what to do, in place of an empty page.
+        self.empty_state = EmptyState()
+        self.view_stack = QStackedWidget()
+        self.view_stack.addWidget(self.view)
+        self.view_stack.addWidget(self.empty_state)
 
         self.mark_toggle = QCheckBox("Mark accepted draft tokens")
         self.mark_toggle.setChecked(True)
@@ -107,7 +114,7 @@ class ChatPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.system_prompt)
-        layout.addWidget(self.view, 1)
+        layout.addWidget(self.view_stack, 1)
         layout.addLayout(tools)
         layout.addWidget(self.edit_banner)
         layout.addLayout(entry)
@@ -116,6 +123,12 @@ class ChatPanel(QWidget):
         text = self.input.toPlainText()
         if text.strip() and self.send_button.isEnabled():
             self.sendRequested.emit(text)
+
+    def show_empty_state(self, show: bool) -> None:
+        self.view_stack.setCurrentWidget(self.empty_state if show else self.view)
+
+    def empty_state_shown(self) -> bool:
+        return self.view_stack.currentWidget() is self.empty_state
 
     def set_generating(self, generating: bool) -> None:
         self.send_button.setEnabled(not generating)

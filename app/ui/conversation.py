@@ -38,6 +38,7 @@ class ConversationView(QTextBrowser):
     """Shows a chat; `actionRequested(action, message_id)` when an edit/regenerate link is hit."""
 
     actionRequested = Signal(str, int)
+    messagesChanged = Signal()  # a chat was shown (or emptied): the empty state may change
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -63,6 +64,10 @@ class ConversationView(QTextBrowser):
         self._messages = list(messages)
         self._streaming_id = streaming_id
         self._render_all()
+        self.messagesChanged.emit()
+
+    def is_empty(self) -> bool:
+        return not self._messages
 
     def set_mark_drafts(self, on: bool) -> None:
         if on != self._mark:

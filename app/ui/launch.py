@@ -11,10 +11,11 @@ import sys
 import traceback
 from typing import Sequence
 
+from app.desktop_entry import APP_ID, APP_NAME, ICON_SIZES, icon_png
+
 log = logging.getLogger(__name__)
 
-APP_NAME = "Specula"
-DESKTOP_FILE = "io.github.specula.Specula"
+DESKTOP_FILE = APP_ID  # the .desktop file's name: Wayland's app id, how the taskbar groups windows
 
 
 def has_display() -> bool:
@@ -35,7 +36,24 @@ def make_app(argv: Sequence[str] = ()):
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(APP_NAME)
     app.setDesktopFileName(DESKTOP_FILE)
+    app.setWindowIcon(app_icon())
     return app
+
+
+def app_icon():
+    """The app icon at every shipped size, from resources/icons (beside the `app` package, also
+    inside the bundle). A missing file is logged and leaves that size out, never an error."""
+    from PySide6.QtCore import QSize
+    from PySide6.QtGui import QIcon
+
+    icon = QIcon()
+    for size in ICON_SIZES:
+        path = icon_png(size)
+        if path.is_file():
+            icon.addFile(str(path), QSize(size, size))
+        else:
+            log.warning("app icon missing: %s", path)
+    return icon
 
 
 def _install_excepthook() -> None:

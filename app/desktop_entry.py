@@ -1,0 +1,314 @@
+"""The freedesktop menu entry and icons (`specula install-desktop`), without Qt.
+
+Installing writes `applications/io.github.specula.Specula.desktop` and the icons under
+`icons/hicolor/` of a data folder (default `$XDG_DATA_HOME`, i.e. ~/.local/share), then a manifest,
+`specula/installed-files.txt`, listing every file and folder it created (files with their sha256).
+Uninstalling removes exactly those: files still as written, then the folders it created if they
+are empty, so the folder is left as it was found. Every file is written under a temporary name
+and renamed, and a failed install removes what it had written: never a half-written entry.
+
+The application's name, desktop-file id and icon folder live here too (the window sets them), so
+the entry's `Icon` and `StartupWMClass` always match what the running app announces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import app
+from app.engine.errors import SpeculaError
+
+log = logging.getLogger(__name__)
+
+APP_NAME = app.APP_NAME  # QApplication's name: Qt's X11 WM_CLASS class part, hence StartupWMClass
+APP_ID = "io.github.specula.Specula"  # the desktop file's name, QGuiApplication.desktopFileName, the icon name
+ICON_SIZES = (16, 32, 48, 64, 128, 256, 512)
+MANIFEST = Path("specula") / "installed-files.txt"
+CATEGORIES = "Science;ArtificialIntelligence;"  # one main category: listed once in menus
+KEYWORDS = "LLM;GGUF;AI;chat;language model;speculative decoding;llama;"
+
+# The Exec key's reserved characters (Desktop Entry spec, "The Exec key"): an argument holding
+# any of them must be double-quoted, and inside the quotes these four need a backslash.
+_EXEC_RESERVED = set(" \t\n\"'\\><~|&;$*?#()`")
+_EXEC_QUOTED_ESCAPES = set('"`$\\')
+
+
+class DesktopInstallError(SpeculaError):
+    """The entry or the icons cannot be installed or removed (one line, with the path)."""
+
+
+# --- what gets installed ------------------------------------------------------------------------
+
+def resources_dir() -> Path:
+    """`resources/` next to the `app` package: the source tree (editable install) and the
+    PyInstaller bundle (where the spec puts it beside `app`) both have it there."""
+    return Path(app.__file__).resolve().parent.parent / "resources"
+
+
+def icon_theme_dir() -> Path:
+    """The hicolor theme folder the icons ship in (the same layout they are installed with)."""
+    return resources_dir() / "icons" / "hicolor"
+
+
+def icon_png(size: int) -> Path:
+    return icon_theme_dir() / f"{size}x{size}" / "apps" / f"{APP_ID}.png"
+
+
+def icon_svg() -> Path:
+    return icon_theme_dir() / "scalable" / "apps" / f"{APP_ID}.svg"
+
+
+def icon_sources() -> dict[str, Path]:
+    """Path inside `hicolor/` -> the shipped icon file: one PNG per size, plus the SVG."""
+    theme = icon_theme_dir()
+    return {path.relative_to(theme).as_posix(): path for path in [*map(icon_png, ICON_SIZES), icon_svg()]}
+
+
+def default_prefix() -> Path:
+    """$XDG_DATA_HOME, else ~/.local/share: where a user's menu entries live."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+
+
+def launcher_command() -> list[str]:
+    """The absolute command that starts the window: the bundle's own executable, else the
+    `specula` console script beside this Python (a venv's bin/), else `python -m app`."""
+    if getattr(sys, "frozen", False):
+        return [os.path.abspath(sys.executable)]
+    bin_dir = Path(os.path.abspath(sys.executable)).parent
+    for name in ("specula", "specula.exe"):
+        script = bin_dir / name
+        if script.is_file() and os.access(script, os.X_OK):
+            return [str(script)]
+    return [os.path.abspath(sys.executable), "-m", "app"]
+
+
+def _string_value(text: str) -> str:
+    """A desktop-file string value: backslash escapes (the spec's \\\\, \\n, \\t, \\r)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def exec_argument(arg: str) -> str:
+    """One argument of the Exec key: quoted when it holds a reserved character, `%` doubled (a
+    literal percent, not a field code), then string-escaped: a literal backslash in a quoted
+    argument ends up as four, as the spec says."""
+    if "\n" in arg or "\r" in arg:
+        raise DesktopInstallError(f"cannot put a path with a line break in a desktop entry: {arg!r}")
+    if arg and not any(c in _EXEC_RESERVED for c in arg):
+        quoted = arg
+    else:
+        quoted = '"' + "".join("\\" + c if c in _EXEC_QUOTED_ESCAPES else c for c in arg) + '"'
+    return _string_value(quoted.replace("%", "%%"))
+
+
+def desktop_entry_text(command: list[str]) -> str:
+    """The .desktop file for launching `command` (absolute argv)."""
+    lines = [
+        "[Desktop Entry]",
+        "Type=Application",
+        "Version=1.4",
+        f"Name={APP_NAME}",
+        "GenericName=Local language models",
+        "Comment=Run local GGUF language models with speculative decoding",
+        "Exec=" + " ".join(exec_argument(a) for a in command),
+        f"TryExec={_string_value(command[0])}",  # menus hide the entry if the launcher is gone
+        *_working_dir(command),
+        f"Icon={APP_ID}",
+        "Terminal=false",
+        f"Categories={CATEGORIES}",
+        f"Keywords={KEYWORDS}",
+        "StartupNotify=true",
+        f"StartupWMClass={APP_NAME}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _working_dir(command: list[str]) -> list[str]:
+    """`python -m app` finds the package from the folder holding it when Specula is not
+    pip-installed into that Python (a source checkout): run it there."""
+    if command[1:] == ["-m", "app"]:
+        return [f"Path={_string_value(str(Path(app.__file__).resolve().parent.parent))}"]
+    return []
+
+
+# --- the manifest -------------------------------------------------------------------------------
+
+@dataclass
+class Manifest:
+    """What one install created: folders (top-down), files with their sha256, and caches that
+    the desktop tools generated where there were none (absolute paths)."""
+
+    dirs: list[Path] = field(default_factory=list)
+    files: dict[Path, str] = field(default_factory=dict)
+    caches: list[Path] = field(default_factory=list)
+
+    def text(self) -> str:
+        out = ["# Written by `specula install-desktop`; `specula install-desktop --uninstall` removes these."]
+        out += [f"dir {d}" for d in self.dirs]
+        out += [f"file {digest} {path}" for path, digest in self.files.items()]
+        out += [f"cache {c}" for c in self.caches]
+        return "\n".join(out) + "\n"
+
+    @classmethod
+    def parse(cls, text: str, where: Path) -> "Manifest":
+        manifest = cls()
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            kind, _, rest = line.partition(" ")
+            if kind == "dir":
+                manifest.dirs.append(Path(rest))
+            elif kind == "cache":
+                manifest.caches.append(Path(rest))
+            elif kind == "file" and " " in rest:
+                digest, _, path = rest.partition(" ")
+                manifest.files[Path(path)] = digest
+            else:
+                raise DesktopInstallError(f"{where}: line {number} is not a manifest entry: {line[:60]!r}")
+        return manifest
+
+
+def manifest_path(prefix: Path) -> Path:
+    return prefix / MANIFEST
+
+
+# --- install / uninstall ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InstallResult:
+    entry: Path
+    command: list[str]
+    files: list[Path]
+
+
+def install(prefix: Path | None = None, command: list[str] | None = None) -> InstallResult:
+    """Write the entry, the icons and the manifest under `prefix` (replacing an earlier install
+    there). DesktopInstallError with one line when something is missing or not writable."""
+    prefix = Path(os.path.abspath(prefix or default_prefix()))
+    command = command or launcher_command()
+    sources = icon_sources()
+    missing = [str(p) for p in sources.values() if not p.is_file()]
+    if missing:
+        raise DesktopInstallError(f"icon not found: {missing[0]} (run packaging/render_icons.py)")
+    if manifest_path(prefix).exists():
+        uninstall(prefix)
+
+    entry = prefix / "applications" / f"{APP_ID}.desktop"
+    payload: dict[Path, bytes] = {entry: desktop_entry_text(command).encode("utf-8")}
+    for name, source in sources.items():
+        payload[prefix / "icons" / "hicolor" / name] = source.read_bytes()
+
+    manifest = Manifest()
+    try:
+        for target, data in payload.items():
+            _make_dirs(target.parent, manifest)
+            _write_atomic(target, data)
+            manifest.files[target] = hashlib.sha256(data).hexdigest()
+        manifest.caches = _refresh_caches(prefix)
+        _make_dirs(manifest_path(prefix).parent, manifest)
+        _write_atomic(manifest_path(prefix), manifest.text().encode("utf-8"))
+    except OSError as exc:
+        _remove(manifest, prefix)
+        raise DesktopInstallError(f"cannot install under {prefix}: {_os_reason(exc)}") from exc
+    return InstallResult(entry, command, list(payload))
+
+
+def uninstall(prefix: Path | None = None) -> list[Path]:
+    """Remove what the install under `prefix` wrote; the removed files ([] if none was there)."""
+    prefix = Path(os.path.abspath(prefix or default_prefix()))
+    where = manifest_path(prefix)
+    if not where.is_file():
+        return []
+    try:
+        manifest = Manifest.parse(where.read_text(encoding="utf-8"), where)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DesktopInstallError(f"cannot read {where}: {exc}") from exc
+    manifest.files[where] = ""  # the manifest goes too (it is in a folder the install created)
+    return _remove(manifest, prefix)
+
+
+def _remove(manifest: Manifest, prefix: Path) -> list[Path]:
+    removed = []
+    for path, digest in manifest.files.items():
+        if not _inside(path, prefix):
+            log.warning("not removing %s: outside %s", path, prefix)
+            continue
+        if not path.is_file():
+            continue
+        if digest and _sha256(path) != digest:
+            log.warning("keeping %s: it was changed after it was installed", path)
+            continue
+        path.unlink()
+        removed.append(path)
+    for cache in manifest.caches:  # generated by the desktop tools for our files only
+        if _inside(cache, prefix) and cache.is_file():
+            cache.unlink()
+    _refresh_caches(prefix, only_existing=True)
+    for folder in reversed(manifest.dirs):
+        try:
+            folder.rmdir()  # only when empty: anything the user put there stays
+        except OSError:
+            pass
+    return removed
+
+
+def _refresh_caches(prefix: Path, only_existing: bool = False) -> list[Path]:
+    """Run update-desktop-database and gtk-update-icon-cache where they exist (failures are
+    ignored: the entry works without them). The cache files they created where there were
+    none, so that uninstalling can remove them. `only_existing`: refresh existing caches only."""
+    jobs = [
+        ("update-desktop-database", prefix / "applications", "mimeinfo.cache", ["-q"]),
+        ("gtk-update-icon-cache", prefix / "icons" / "hicolor", "icon-theme.cache", ["-q"]),
+    ]
+    created = []
+    for tool, folder, cache_name, flags in jobs:
+        program = shutil.which(tool)
+        cache = folder / cache_name
+        existed = cache.exists()
+        if program is None or not folder.is_dir() or (only_existing and not existed):
+            continue
+        try:
+            subprocess.run([program, *flags, str(folder)], capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.info("%s failed: %s", tool, exc)
+        if not existed and cache.exists():
+            created.append(cache)
+    return created
+
+
+def _make_dirs(folder: Path, manifest: Manifest) -> None:
+    """mkdir -p, recording each folder it creates (top-down) so uninstall can remove it."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+        manifest.dirs.append(path)
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _inside(path: Path, prefix: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(prefix)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _os_reason(exc: OSError) -> str:
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
