@@ -52,7 +52,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_pre
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_args, hub, info, run, serve
+    from app.cli import bench_args, compare, desktop, hub, info, run, serve
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
@@ -62,9 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.register(sub)
     info.register(sub)
     bench_args.register(sub)
+    compare.register(sub)
     hub.register(sub)
     sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())
     serve.register(sub)
+    desktop.register(sub)
     return parser
 
 

@@ -5,24 +5,11 @@ from __future__ import annotations
 import argparse
 
 from app.cli import add_model_flags
+from app.compare.prompts import BUILTIN_PROMPTS
 
-# The fixed prompt set, by category (plain data: no torch needed to list it).
-PROMPTS = {
-    "code-rewrite": (
-        "Rewrite this function so the variable names are clearer. Keep everything else the same.\n\n"
-        "def total_above(values, limit):\n    result = 0\n    for v in values:\n"
-        "        if v > limit:\n            result = result + v\n    return result\n\n"
-        "def count_above(values, limit):\n    result = 0\n    for v in values:\n"
-        "        if v > limit:\n            result = result + 1\n    return result\n"
-    ),
-    "chat": "What are three good habits for staying healthy? Answer briefly.",
-    "summarise": (
-        "Summarise the text below in two sentences, quoting its key phrase.\n\n"
-        "The city council voted on Tuesday to extend the bicycle lane network by twelve kilometres. "
-        "The new lanes will connect the university campus with the central station. Council members "
-        "said the project, called 'Green Link', should be finished before the end of next year."
-    ),
-}
+# The fixed prompt set, by category: the built-in prompts of `specula compare` (plain data, no
+# torch needed to list them), under bench's own name "code-rewrite" for the code prompt.
+PROMPTS = {("code-rewrite" if p.category == "code" else p.category): p.text for p in BUILTIN_PROMPTS}
 
 
 def _run_bench(args: argparse.Namespace) -> int:

@@ -1,0 +1,166 @@
+"""`specula compare`: one main model, several drafters, one prompt set, side by side, headless.
+
+    specula compare -m MAIN --drafts none,lookup,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
+                    [--draft-max 4,8,16] [--json OUT] [--csv OUT] [--png OUT]
+
+A progress bar goes to stderr, the table and the verdict to stdout. --json is written as results
+come in, so Ctrl-C (once: stop after the current step; twice: quit) keeps every finished result;
+--csv and --png are written at the end, also after Ctrl-C. The PNG is drawn by the window's chart
+code (app.ui, Qt offscreen), reached by name so that this module never imports Qt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from app.cli import add_model_flags, add_sampling_flags
+from app.compare.choices import parse_drafts, parse_lengths, resolve_draft
+from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
+from app.compare.results import COMPLETE, CompareRequest, Progress, RunSettings
+from app.hub.builtin import resolve_model_arg
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("compare", help="compare drafters side by side on a prompt set (table, JSON, CSV, PNG)")
+    add_model_flags(parser, draft=False)
+    parser.add_argument("--drafts", default="none,lookup", metavar="LIST",
+                        help="comma-separated: none (always run, the baseline), lookup, GGUF files, built-in "
+                             "models, or owner/repo/file.gguf from Hugging Face (default none,lookup)")
+    parser.add_argument("--prompts", default=None, metavar="builtin|CATS|FILE",
+                        help=f"the built-in set (default), some of its categories ({','.join(CATEGORIES)}), "
+                             "or a file: JSON lines {\"category\",\"prompt\"} or one prompt per paragraph")
+    parser.add_argument("-p", "--prompt", action="append", default=[], metavar="TEXT",
+                        help="your own prompt (repeatable); replaces the built-in set unless --prompts is given")
+    parser.add_argument("--draft-max", metavar="K[,K...]",
+                        help="run each drafter with each of these fixed draft lengths (default: the adaptive "
+                             "length, ceiling 16)")
+    parser.add_argument("--draft-min", type=int, default=0, help="draft nothing when fewer than this would be drafted")
+    parser.add_argument("--draft-p-min", type=float, default=0.75, help="a draft model stops below this confidence")
+    parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="draft layers on the GPU")
+    add_sampling_flags(parser, temp=0.0, n_predict=64, n_predict_help="tokens per reply (default 64)")
+    parser.set_defaults(seed=0)  # one fixed seed for every configuration (-1: a random one, still shared)
+    parser.add_argument("--ignore-eos", action="store_true", help="run every reply to -n tokens")
+    parser.add_argument("--json", metavar="OUT", help="write the whole run as JSON (updated as results come in)")
+    parser.add_argument("--csv", metavar="OUT", help="write the table as CSV")
+    parser.add_argument("--png", metavar="OUT", help="write the charts as a PNG image")
+    parser.set_defaults(func=cmd_compare)
+
+
+def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
+    if args.n_predict < 1:
+        raise SystemExit("specula: error: -n must be at least 1")
+    prompts = [own_prompt(text) for text in args.prompt]
+    if args.prompts is not None or not prompts:
+        prompts = prompts_from_arg(args.prompts or "builtin") + prompts
+    seed = args.seed if args.seed >= 0 else random.randrange(1 << 31)
+    settings = RunSettings(
+        n_predict=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        seed=seed, draft_sweep=parse_lengths(args.draft_max), draft_min=args.draft_min,
+        draft_p_min=args.draft_p_min, ignore_eos=args.ignore_eos,
+    )
+    drafts = tuple(resolve_draft(name, notice) for name in parse_drafts(args.drafts))
+    return CompareRequest(
+        main_path=str(resolve_model_arg(args.model)), drafts=drafts, prompts=tuple(prompts), settings=settings,
+        device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size,
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    for out in (args.json, args.csv, args.png):
+        if out and not Path(out).expanduser().absolute().parent.is_dir():
+            raise SystemExit(f"specula: error: {out}: the folder does not exist")
+    bar = ProgressBar(sys.stderr)
+    request = build_request(args, notice=bar.note)
+    from app.compare.export import format_table, save_csv
+    from app.compare.runner import Runner
+    from app.compare.summary import verdict
+    from app.engine.errors import LoadCancelled
+
+    stop = threading.Event()
+    runner = Runner(request, on_progress=bar.update, cancel=stop.is_set, save_to=args.json)
+    try:
+        with _CtrlCStops(stop, bar):
+            run = runner.run()
+    except LoadCancelled:
+        bar.note("interrupted while loading the main model: nothing was run")
+        return 130
+    bar.done()
+    print(format_table(run))
+    print(f"verdict: {verdict(run)}")
+    if args.csv:
+        save_csv(run, args.csv)
+    if args.png:
+        importlib.import_module("app.ui.compare_png").save_png(run, args.png)
+    return 0 if run.status == COMPLETE else 130
+
+
+class _CtrlCStops:
+    """Ctrl-C once: stop after the current decoding step (finished results are kept); twice: quit."""
+
+    def __init__(self, stop: threading.Event, bar: ProgressBar) -> None:
+        self.stop, self.bar = stop, bar
+        self.previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.stop.set()
+        self.bar.note("stopping after this step (Ctrl-C again to quit)")
+
+    def __exit__(self, *exc_info) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class ProgressBar:
+    """A bar redrawn in place on a terminal; on a pipe or a log, one line per new stage."""
+
+    WIDTH = 24
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.last_draw = 0.0
+        self.last_stage = ""
+        self.drawn = False
+
+    def update(self, progress: Progress) -> None:
+        if self.tty:
+            now = time.monotonic()
+            if now - self.last_draw < 0.1 and progress.done < progress.total:
+                return
+            self.last_draw = now
+            filled = int(self.WIDTH * progress.done / max(progress.total, 1))
+            line = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {progress.done}/{progress.total} {progress.stage}"
+            self.stream.write("\r" + line[:110].ljust(110))
+            self.drawn = True
+        else:
+            stage = re.sub(r" \d+%$", "", progress.stage)
+            if stage != self.last_stage:
+                self.last_stage = stage
+                self.stream.write(f"[{progress.done}/{progress.total}] {stage}\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        self.done()
+        self.stream.write(f"specula: {text}\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.drawn = False

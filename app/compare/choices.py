@@ -1,0 +1,113 @@
+"""The drafts a user names (`--drafts none,lookup,PATH_OR_REPO,...`) and the configurations they make.
+
+A draft is "none", "lookup", a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
+a Hugging Face file as "owner/repo/file.gguf". A hub file is taken from the Hugging Face cache when
+it is there, and downloaded (into that cache, verified) only when it is not.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from app.compare.results import DEFAULT_DRAFT_MAX, LOOKUP, MODEL, NONE, ConfigSpec, DraftChoice
+from app.engine.errors import SpeculaError
+from app.hub.builtin import BUILTIN_MODELS, resolve_model_arg
+
+log = logging.getLogger(__name__)
+
+Notice = Callable[[str], None]
+
+
+def parse_drafts(value: str) -> list[str]:
+    """The comma-separated --drafts list, "none" first and every name once."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    return [NONE] + [n for i, n in enumerate(names) if n != NONE and n not in names[:i]]
+
+
+def parse_lengths(value: str | None) -> tuple[int, ...]:
+    """--draft-max "4,8,16" -> (4, 8, 16); None or "" -> () (the adaptive default)."""
+    if not value:
+        return ()
+    try:
+        lengths = tuple(dict.fromkeys(int(v) for v in value.split(",") if v.strip()))
+    except ValueError as exc:
+        raise SpeculaError(f"--draft-max takes whole numbers separated by commas, not {value!r}") from exc
+    if not lengths or min(lengths) < 1:
+        raise SpeculaError("--draft-max lengths must be at least 1")
+    return lengths
+
+
+def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
+    """A --drafts entry -> a DraftChoice with a local file for a model (downloading a hub file
+    that is not in the cache yet; `notice` hears about it)."""
+    if name in (NONE, LOOKUP):
+        return DraftChoice(name, label=name)
+    path = Path(name).expanduser()
+    if path.exists() or name in {m.key for m in BUILTIN_MODELS}:
+        local = resolve_model_arg(name)
+        return DraftChoice(MODEL, str(local), _label(local))
+    repo_file = _hub_form(name)
+    if repo_file is None:
+        raise SpeculaError(f"{name}: no such file (a draft is none, lookup, a GGUF file, a built-in "
+                           "model or owner/repo/file.gguf)")
+    local = _hub_file(*repo_file, notice)
+    return DraftChoice(MODEL, str(local), _label(local))
+
+
+def _hub_form(name: str) -> tuple[str, str] | None:
+    parts = name.split("/")
+    if len(parts) < 3 or not name.lower().endswith(".gguf") or not all(parts):
+        return None
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+def _hub_file(repo_id: str, filename: str, notice: Notice | None) -> Path:
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, filename)
+    if isinstance(cached, str) and Path(cached).exists():
+        return Path(cached)
+    from app.hub.download import download_gguf
+
+    if notice is not None:
+        notice(f"downloading {repo_id}/{filename} into the Hugging Face cache")
+    return download_gguf(repo_id, filename)
+
+
+def _label(path: Path) -> str:
+    from app.engine.gguf_info import read_gguf_info
+
+    try:
+        info = read_gguf_info(path)
+    except SpeculaError:
+        return path.stem
+    return info.name or path.stem
+
+
+def plan_configs(drafts: list[DraftChoice], sweep: tuple[int, ...] = ()) -> list[ConfigSpec]:
+    """"none" first (the baseline, run once), then each drafter: with the adaptive length, or
+    with each fixed length of the sweep. Names are unique (a second model of the same name gets
+    a number)."""
+    configs = [ConfigSpec(NONE, NONE, label=NONE)]
+    used = {NONE}
+    for draft in drafts:
+        if draft.kind == NONE:
+            continue
+        label = _unique(draft.name, used)
+        used.add(label)
+        if not sweep:
+            configs.append(ConfigSpec(label, draft.kind, draft.path, label, DEFAULT_DRAFT_MAX, True))
+        for k in sweep:
+            configs.append(ConfigSpec(f"{label} k={k}", draft.kind, draft.path, label, k, False))
+    return configs
+
+
+def _unique(name: str, used: set[str]) -> str:
+    if name not in used:
+        return name
+    n = 2
+    while f"{name} #{n}" in used:
+        n += 1
+    return f"{name} #{n}"

@@ -1,0 +1,256 @@
+"""What a comparison is and what it produced, as frozen plain data; saved and reopened as JSON.
+
+A CompareRun is an immutable snapshot: the runner makes a new one after each finished prompt (and
+writes it to disk, whole, by a temporary file and a rename), so a cancelled or crashed run keeps
+every result it finished and the file is never half-written. The window receives the same
+snapshots across threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from app.compare.prompts import Prompt
+from app.engine.errors import SpeculaError
+
+FORMAT = "specula-compare"
+VERSION = 1
+NONE, LOOKUP, MODEL = "none", "lookup", "model"  # drafter kinds
+RUNNING, COMPLETE, CANCELLED, FAILED = "running", "complete", "cancelled", "failed"
+DEFAULT_DRAFT_MAX = 16  # the engine's default ceiling of the adaptive draft length
+
+
+class CompareFileError(SpeculaError):
+    """A results file that is missing, not JSON, or not a Specula comparison."""
+
+
+@dataclass(frozen=True)
+class DraftChoice:
+    """One drafter to compare: "none", "lookup", or a draft model's GGUF file."""
+
+    kind: str
+    path: str | None = None
+    label: str = ""  # what tables and charts call it (a model's name; the kind otherwise)
+
+    @property
+    def name(self) -> str:
+        return self.label or (Path(self.path).stem if self.path else self.kind)
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """A drafter with one draft-length setting: one row group of the table, one bar per category."""
+
+    name: str  # unique in a run: "none", "lookup", "lookup k=8", "SmolLM2 360M k=4"
+    drafter: str  # NONE, LOOKUP or MODEL
+    draft_path: str | None = None
+    label: str = ""  # the drafter's name without the length (groups a sweep in the verdict)
+    draft_max: int = DEFAULT_DRAFT_MAX
+    adaptive: bool = True  # False: a fixed length (a --draft-max sweep)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The same for every configuration: that is what makes the rows comparable."""
+
+    n_predict: int = 64
+    temperature: float = 0.0  # greedy by default: outputs must then equal the baseline's
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = 0
+    draft_sweep: tuple[int, ...] = ()  # fixed draft lengths; empty = adaptive, ceiling 16
+    draft_min: int = 0
+    draft_p_min: float = 0.75
+    ignore_eos: bool = False  # every reply runs to n_predict (llama-bench style)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def draft_length_text(self) -> str:
+        if self.draft_sweep:
+            return f"fixed draft lengths {','.join(map(str, self.draft_sweep))}"
+        return f"adaptive draft length (ceiling {DEFAULT_DRAFT_MAX})"
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Everything a comparison needs, as plain data (the window builds it from its widgets)."""
+
+    main_path: str
+    drafts: tuple[DraftChoice, ...]
+    prompts: tuple[Prompt, ...]
+    settings: RunSettings = RunSettings()
+    device: str = "auto"
+    dtype: str = "auto"  # the command line's --dtype: float32 makes greedy identity exact
+    n_gpu_layers: int | None = None
+    n_gpu_layers_draft: int | None = None
+    ctx_size: int = 0  # 0: the main model's own
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int  # prompts finished (over every configuration)
+    total: int
+    stage: str  # what is happening: "loading draft X", "lookup · code (2/5)"
+
+
+@dataclass(frozen=True)
+class MainFacts:
+    name: str
+    path: str
+    plan: str = ""  # "CPU, bfloat16"
+    dtype: str = ""
+    load_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """One configuration on one prompt."""
+
+    config: str
+    prompt_index: int
+    category: str
+    n_prompt: int
+    n_predicted: int
+    decode_s: float  # after the first token
+    ttft_s: float
+    n_steps: int
+    n_drafted: int
+    n_accepted: int
+    accepted_by_position: tuple[int, ...]
+    drafted_by_position: tuple[int, ...]
+    stop_reason: str
+    tokens: tuple[int, ...]
+    text: str
+    # (tokens generated so far, seconds since the first token) after each step: tok/s over the reply
+    timeline: tuple[tuple[int, float], ...]
+    peak_rss_bytes: int | None = None  # the process's resident memory, sampled during the prompt
+    peak_gpu_bytes: int | None = None  # torch's peak CUDA allocation, when on a CUDA GPU
+    identical: bool | None = None  # tokens equal the baseline's; None for the baseline itself
+
+    @property
+    def decode_tps(self) -> float:
+        n = self.n_predicted - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ConfigError:
+    config: str
+    message: str  # one line: why this configuration did not run (the others did)
+
+
+@dataclass(frozen=True)
+class CompareRun:
+    main: MainFacts
+    settings: RunSettings
+    configs: tuple[ConfigSpec, ...]
+    prompts: tuple[Prompt, ...]
+    results: tuple[PromptResult, ...] = ()
+    errors: tuple[ConfigError, ...] = ()
+    status: str = RUNNING
+    created: float = field(default_factory=time.time)
+    machine: str = ""  # e.g. "2 CPU threads, torch 2.13"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def baseline(self) -> str:
+        return NONE
+
+    @property
+    def n_expected(self) -> int:
+        return len(self.configs) * len(self.prompts)
+
+    def with_result(self, result: PromptResult) -> CompareRun:
+        return replace(self, results=self.results + (result,))
+
+    def with_error(self, config: str, message: str) -> CompareRun:
+        return replace(self, errors=self.errors + (ConfigError(config, message),))
+
+    def results_of(self, config: str) -> list[PromptResult]:
+        return [r for r in self.results if r.config == config]
+
+    def categories(self) -> list[str]:
+        """Categories in the order the prompts first name them."""
+        return list(dict.fromkeys(p.category for p in self.prompts))
+
+    def created_text(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
+
+    # --- JSON ---------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"format": FORMAT, "version": VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "the file") -> CompareRun:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CompareFileError(f"{source} is not a Specula comparison")
+        if data.get("version") != VERSION:
+            raise CompareFileError(f"{source}: comparison format version {data.get('version')!r} is not supported")
+        try:
+            return cls(
+                main=_build(MainFacts, data["main"]),
+                settings=_build(RunSettings, data["settings"]),
+                configs=tuple(_build(ConfigSpec, c) for c in data["configs"]),
+                prompts=tuple(_build(Prompt, p) for p in data["prompts"]),
+                results=tuple(_build(PromptResult, r) for r in data["results"]),
+                errors=tuple(_build(ConfigError, e) for e in data.get("errors", [])),
+                status=str(data.get("status", COMPLETE)),
+                created=float(data.get("created", 0.0)),
+                machine=str(data.get("machine", "")),
+                notes=tuple(str(n) for n in data.get("notes", [])),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CompareFileError(f"{source}: damaged comparison ({type(exc).__name__}: {exc})") from exc
+
+
+def _build(cls, data: Any):
+    """A dataclass from its dict: unknown keys ignored, lists back to tuples (nested too)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__} must be an object")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: _tuples(v) for k, v in data.items() if k in names})
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a file whole or not at all: a temporary file beside it, then a rename."""
+    path = Path(path).expanduser()
+    partial = path.with_name(path.name + ".part")
+    try:
+        partial.write_text(text, encoding="utf-8", newline="")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise CompareFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def save_run(run: CompareRun, path: str | Path) -> Path:
+    """Write the run as JSON (atomically: a reader never sees half a file)."""
+    return write_text_atomic(path, json.dumps(run.to_dict(), ensure_ascii=False, indent=1))
+
+
+def load_run(path: str | Path) -> CompareRun:
+    path = Path(path).expanduser()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CompareFileError(f"{path}: no such file") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CompareFileError(f"{path.name} is not a Specula comparison (not JSON)") from exc
+    except OSError as exc:
+        raise CompareFileError(f"{path}: cannot be read ({exc.strerror})") from exc
+    return CompareRun.from_dict(data, path.name)

@@ -1,0 +1,264 @@
+"""Run a comparison headless: one main model, several drafters, one prompt set.
+
+The main model is loaded once; draft models are loaded one at a time and freed before the next.
+"none" runs first, so every later result can say at once whether its output equals the
+baseline's. Every configuration gets the same settings and seed, and a fresh KV cache per prompt
+(a cache warmed by the previous configuration would flatter the next one's time to first token).
+Each drafter is warmed up on a short reply before it is timed: the first forward of each input
+shape is slow.
+
+After each finished prompt the runner publishes a new CompareRun snapshot (on_update) and writes
+it to `save_to` atomically, so a cancel (checked between decoding steps) keeps every finished
+result; the prompt in flight is dropped.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from app.compare.choices import plan_configs
+from app.compare.memory import PeakRss
+from app.compare.results import (
+    CANCELLED, COMPLETE, FAILED, MODEL, NONE, CompareRequest, CompareRun, ConfigSpec, MainFacts,
+    Progress, PromptResult, save_run,
+)
+from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
+from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
+from app.engine.events import DoneEvent, StepEvent, StopReason
+from app.engine.gguf_info import read_gguf_info
+from app.engine.loader import LoadedModel, load_model
+from app.engine.pair import LOOKUP, check_pair, load_draft, make_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import DecodeSettings, generate
+
+log = logging.getLogger(__name__)
+
+WARMUP_TOKENS = 8
+OnProgress = Callable[[Progress], None]
+OnUpdate = Callable[[CompareRun], None]
+Cancel = Callable[[], bool]
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class Runner:
+    """One comparison. `run()` returns the final snapshot (status complete or cancelled)."""
+
+    def __init__(self, request: CompareRequest, on_progress: OnProgress | None = None,
+                 on_update: OnUpdate | None = None, cancel: Cancel | None = None,
+                 save_to=None, main: LoadedModel | None = None) -> None:
+        self.request = request
+        self.on_progress = on_progress or (lambda progress: None)
+        self.on_update = on_update or (lambda run: None)
+        self.cancelled = cancel or (lambda: False)
+        self.save_to = save_to
+        self.main = main
+        self.configs = plan_configs(list(request.drafts), request.settings.draft_sweep)
+        self.total = len(self.configs) * len(request.prompts)
+        self.run_state: CompareRun | None = None
+        self.baseline: dict[int, tuple[int, ...]] = {}
+
+    # --- the whole run ------------------------------------------------------------------------
+
+    def run(self) -> CompareRun:
+        if not self.request.prompts:
+            raise SpeculaError("no prompt to run")
+        self._check_drafts()
+        main = self.main or self._load_main()
+        self.run_state = CompareRun(
+            main=MainFacts(main.name, str(main.path), main.plan.describe(), main.plan.dtype_name, main.load_s),
+            settings=self.request.settings, configs=tuple(self.configs), prompts=tuple(self.request.prompts),
+            machine=_machine(main),
+        )
+        try:
+            ids = [self._prompt_ids(main, p.text, i) for i, p in enumerate(self.request.prompts)]
+            self._publish()
+            with PeakRss() as peak:
+                for group in _groups(self.configs):
+                    self._run_group(main, group, ids, peak)
+            status = COMPLETE
+        except (_Cancelled, LoadCancelled):
+            status = CANCELLED
+        except BaseException:
+            self.run_state = replace(self.run_state, status=FAILED)
+            self._publish()
+            raise
+        self.run_state = replace(self.run_state, status=status)
+        self._publish()
+        self._progress(status)
+        return self.run_state
+
+    def _check_drafts(self) -> None:
+        """Refuse a draft of another vocabulary on headers, before loading anything."""
+        main_info = read_gguf_info(self.request.main_path)
+        for draft in self.request.drafts:
+            if draft.kind == MODEL:
+                check_pair(main_info, read_gguf_info(draft.path))
+
+    def _load_main(self) -> LoadedModel:
+        r = self.request
+        return load_model(
+            r.main_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers, cancel=self.cancelled,
+            progress=lambda stage, fraction: self._progress(f"main model: {stage} {fraction:.0%}"),
+        )
+
+    def _prompt_ids(self, main: LoadedModel, text: str, index: int) -> list[int]:
+        ids = render_prompt(main.tokenizer, [{"role": "user", "content": text}])
+        n_ctx = self._kv(main).n_ctx
+        if len(ids) + min(self.request.settings.n_predict, 16) >= n_ctx:
+            raise ContextFullError(f"prompt {index + 1} has {len(ids)} tokens: it does not fit the "
+                                   f"context of {n_ctx} with a reply (shorten it or raise -c)")
+        return ids
+
+    # --- one drafter (a draft model is loaded for its group and freed after it) ---------------
+
+    def _run_group(self, main: LoadedModel, group: list[ConfigSpec], ids: list[list[int]], peak: PeakRss) -> None:
+        self._check_cancel()
+        first = group[0]
+        draft = None
+        if first.drafter == MODEL:
+            try:
+                draft = self._load_draft(main, first)
+            except LoadCancelled:
+                raise
+            except SpeculaError as exc:  # keep going with the other drafters
+                for config in group:
+                    self.run_state = self.run_state.with_error(config.name, str(exc).splitlines()[0])
+                self._publish()
+                return
+        try:
+            self._warm_up(main, draft, first, ids[0])
+            for config in group:
+                for index, prompt_ids in enumerate(ids):
+                    self._check_cancel()
+                    self._progress(f"{config.name} · {self.request.prompts[index].category} "
+                                   f"({index + 1}/{len(ids)})")
+                    peak.reset()
+                    result = self._run_prompt(main, draft, config, index, prompt_ids, peak)
+                    self.run_state = self.run_state.with_result(result)
+                    self._publish()
+        finally:
+            del draft
+            _free_memory()
+
+    def _load_draft(self, main: LoadedModel, config: ConfigSpec) -> LoadedModel:
+        r = self.request
+        return load_draft(
+            main, config.draft_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers_draft,
+            cancel=self.cancelled,
+            progress=lambda stage, fraction: self._progress(f"draft {config.label}: {stage} {fraction:.0%}"),
+        )
+
+    def _warm_up(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, ids: list[int]) -> None:
+        self._progress(f"warming up {config.name}")
+        settings = replace(self._settings(main, config), max_new_tokens=WARMUP_TOKENS)
+        for _ in generate(self._kv(main), main.tokenizer, ids,
+                          self._drafter(main, draft, config), settings, self.cancelled):
+            pass
+        self._check_cancel()
+
+    # --- one prompt ---------------------------------------------------------------------------
+
+    def _run_prompt(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, index: int,
+                    ids: list[int], peak: PeakRss) -> PromptResult:
+        on_cuda = main.plan.gpu == "cuda" and torch.cuda.is_available()
+        if on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        kv = self._kv(main)
+        timeline: list[tuple[int, float]] = []
+        first_at = None
+        n_so_far = 0
+        summary = None
+        for event in generate(kv, main.tokenizer, ids, self._drafter(main, draft, config),
+                              self._settings(main, config), self.cancelled):
+            if isinstance(event, StepEvent) and event.tokens:
+                first_at = event.timestamp if first_at is None else first_at
+                n_so_far += len(event.tokens)
+                timeline.append((n_so_far, event.timestamp - first_at))
+            elif isinstance(event, DoneEvent):
+                summary = event.summary
+        if summary is None or summary.stop_reason is StopReason.CANCELLED:
+            raise _Cancelled()
+        tokens = tuple(summary.tokens)
+        if config.drafter == NONE:
+            self.baseline[index] = tokens
+        same = tokens == self.baseline.get(index) if config.drafter != NONE and index in self.baseline else None
+        return PromptResult(
+            config=config.name, prompt_index=index, category=self.request.prompts[index].category,
+            n_prompt=summary.n_prompt, n_predicted=summary.n_predicted, decode_s=summary.decode_s,
+            ttft_s=summary.ttft_s, n_steps=summary.n_steps, n_drafted=summary.n_drafted,
+            n_accepted=summary.n_accepted, accepted_by_position=summary.accepted_by_position,
+            drafted_by_position=summary.drafted_by_position, stop_reason=summary.stop_reason.value,
+            tokens=tokens, text=summary.text, timeline=tuple(timeline), peak_rss_bytes=peak.value,
+            peak_gpu_bytes=int(torch.cuda.max_memory_allocated()) if on_cuda else None,
+            identical=same if self.request.settings.greedy else None,
+        )
+
+    def _kv(self, main: LoadedModel):
+        return main.kv_model(self.request.ctx_size or None)
+
+    def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec):
+        """A fresh drafter per reply: a draft model's cache must not carry over between prompts."""
+        if config.drafter == MODEL:
+            return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None)
+        return make_drafter(main, LOOKUP if config.drafter == LOOKUP else NONE)
+
+    def _settings(self, main: LoadedModel, config: ConfigSpec) -> DecodeSettings:
+        s = self.request.settings
+        return DecodeSettings(
+            max_new_tokens=s.n_predict, draft_max=config.draft_max, draft_min=s.draft_min,
+            draft_p_min=s.draft_p_min, adaptive_draft=config.adaptive,
+            sampling=SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                                    min_p=s.min_p, seed=s.seed),
+            # A base model without a template stops where chat would (the next "User:" turn).
+            stop_strings=() if s.ignore_eos or has_chat_template(main.tokenizer) else FALLBACK_STOPS,
+            stop_token_ids=() if s.ignore_eos else None,
+        )
+
+    # --- reporting ----------------------------------------------------------------------------
+
+    def _progress(self, stage: str) -> None:
+        done = len(self.run_state.results) if self.run_state is not None else 0
+        self.on_progress(Progress(done, self.total, stage))
+
+    def _publish(self) -> None:
+        if self.save_to is not None:
+            save_run(self.run_state, self.save_to)
+        self.on_update(self.run_state)
+
+    def _check_cancel(self) -> None:
+        if self.cancelled():
+            raise _Cancelled()
+
+
+def run_comparison(request: CompareRequest, **kwargs) -> CompareRun:
+    """Runner(request, **kwargs).run(): on_progress, on_update, cancel, save_to, main."""
+    return Runner(request, **kwargs).run()
+
+
+def _groups(configs: list[ConfigSpec]) -> list[list[ConfigSpec]]:
+    """Configurations that share a drafter (a sweep's lengths): one draft load for them all."""
+    groups: dict[tuple[str, str | None], list[ConfigSpec]] = {}
+    for config in configs:
+        groups.setdefault((config.drafter, config.draft_path), []).append(config)
+    return list(groups.values())
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _machine(main: LoadedModel) -> str:
+    where = f"{torch.get_num_threads()} CPU threads"
+    if main.plan.gpu == "cuda" and torch.cuda.is_available():
+        where = torch.cuda.get_device_name(0)
+    return f"{where}, torch {torch.__version__.split('+')[0]}"

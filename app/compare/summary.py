@@ -1,0 +1,240 @@
+"""What a comparison means: per configuration and category figures, the verdict line, the curves,
+and the differences from an earlier run. Plain Python over results.CompareRun (no torch, no Qt).
+
+Speeds are decoding speeds: tokens after the first one over the time they took (the first token
+comes from the prompt pass and is the time to first token, reported on its own). A group of
+prompts counts all its tokens over all its time, so long replies weigh more than short ones.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from app.compare.results import NONE, CompareRun, ConfigSpec, PromptResult
+
+ALL = "all"  # the category of a configuration's overall row
+SPEED_WINDOW = 8  # tokens per window of the tokens/s-over-the-reply curve
+
+
+@dataclass(frozen=True)
+class Row:
+    config: str
+    category: str  # a prompt category, or ALL
+    n_prompts: int
+    n_tokens: int
+    tps: float
+    speedup: float | None  # over "none" on the same prompts; None when there is no baseline
+    accept_rate: float | None  # None for "none"
+    mean_accepted: float | None  # draft tokens accepted per verify step
+    ttft_s: float
+    peak_rss_bytes: int | None
+    n_identical: int | None  # prompts whose output equals the baseline's; None for the baseline
+    drafter: str = NONE
+
+    @property
+    def identical_text(self) -> str:
+        if self.n_identical is None:
+            return "-"
+        return "yes" if self.n_identical == self.n_prompts else f"NO ({self.n_identical}/{self.n_prompts})"
+
+
+def _speed(results: list[PromptResult]) -> float:
+    tokens = sum(max(r.n_predicted - 1, 0) for r in results)
+    seconds = sum(r.decode_s for r in results)
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tps: float | None) -> Row:
+    drafted = sum(r.n_drafted for r in results)
+    steps = sum(r.n_steps for r in results)
+    drafting = config.drafter != NONE
+    tps = _speed(results)
+    rss = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
+    identical = [r.identical for r in results if r.identical is not None]
+    return Row(
+        config=config.name,
+        category=category,
+        n_prompts=len(results),
+        n_tokens=sum(r.n_predicted for r in results),
+        tps=tps,
+        speedup=tps / base_tps if base_tps else None,
+        accept_rate=(sum(r.n_accepted for r in results) / drafted if drafted else 0.0) if drafting else None,
+        mean_accepted=(sum(r.n_accepted for r in results) / steps if steps else 0.0) if drafting else None,
+        ttft_s=sum(r.ttft_s for r in results) / len(results),
+        peak_rss_bytes=max(rss) if rss else None,
+        n_identical=sum(identical) if drafting and identical else None,
+        drafter=config.drafter,
+    )
+
+
+def table_rows(run: CompareRun, with_all: bool = True) -> list[Row]:
+    """One row per configuration and category (in run order), then one per configuration over
+    every prompt; only the prompts the baseline also finished count toward a speedup."""
+    rows: list[Row] = []
+    categories = run.categories() + ([ALL] if with_all and len(run.categories()) > 1 else [])
+    for category in categories:
+        for config in run.configs:
+            results = [r for r in run.results_of(config.name) if category in (ALL, r.category)]
+            if not results:
+                continue
+            rows.append(_row(config, category, results, _baseline_tps(run, results)))
+    return rows
+
+
+def _baseline_tps(run: CompareRun, results: list[PromptResult]) -> float | None:
+    wanted = {r.prompt_index for r in results}
+    base = [r for r in run.results_of(NONE) if r.prompt_index in wanted]
+    return _speed(base) if base and len(base) == len(wanted) else None
+
+
+# --- the verdict -----------------------------------------------------------------------------
+
+
+def verdict(run: CompareRun) -> str:
+    """One line: "lookup: 2.3x on code, 1.1x on chat; draft X: slower than none on this machine".
+
+    A sweep's lengths of one drafter are summed up by its best length overall."""
+    rows = table_rows(run)
+    if not any(r.config == NONE for r in rows):
+        return "no result yet" if not run.results else "no baseline (none) result: no speedup to report"
+    parts = []
+    for label, configs in _drafters(run).items():
+        overall = {c.name: _overall(rows, c.name) for c in configs}
+        ranked = [c for c in configs if overall[c.name] is not None]
+        if not ranked:
+            continue
+        best = max(ranked, key=lambda c: overall[c.name].speedup or 0.0)
+        name = label if len(configs) == 1 else f"{label} (best k={best.draft_max})"
+        parts.append(f"{name}: {_judge(rows, best, overall[best.name])}")
+    for error in run.errors:
+        parts.append(f"{error.config}: failed ({error.message})")
+    if not parts:
+        return "only the baseline ran: nothing to compare"
+    differ = sum(1 for r in run.results if r.identical is False)
+    tail = f" — {differ} output(s) differ from none's" if differ and run.settings.greedy else ""
+    return "; ".join(parts) + tail
+
+
+def _drafters(run: CompareRun) -> dict[str, list[ConfigSpec]]:
+    groups: dict[str, list[ConfigSpec]] = {}
+    for config in run.configs:
+        if config.drafter != NONE:
+            groups.setdefault(config.label or config.name, []).append(config)
+    return groups
+
+
+def _overall(rows: list[Row], config: str) -> Row | None:
+    mine = [r for r in rows if r.config == config and r.speedup is not None]
+    overall = [r for r in mine if r.category == ALL]
+    return (overall or mine or [None])[0]
+
+
+def _judge(rows: list[Row], config: ConfigSpec, overall: Row) -> str:
+    by_category = sorted((r for r in rows if r.config == config.name and r.category != ALL and r.speedup),
+                         key=lambda r: -(r.speedup or 0.0))
+    if (overall.speedup or 0.0) < 1.0 and all((r.speedup or 0.0) < 1.0 for r in by_category):
+        return f"slower than none on this machine ({times(overall.speedup)})"
+    if len(by_category) <= 1:
+        return times(overall.speedup)
+    faster = [r for r in by_category if (r.speedup or 0.0) >= 1.0]
+    shown = [f"{times(r.speedup)} on {r.category}" for r in faster]
+    slower = [r for r in by_category if (r.speedup or 0.0) < 1.0]
+    if slower:
+        shown.append("slower on " + ", ".join(f"{r.category} ({times(r.speedup)})" for r in reversed(slower)))
+    return ", ".join(shown)
+
+
+def times(speedup: float | None) -> str:
+    """"2.3x"; two decimals near 1 ("0.98x"), where one would read as no change."""
+    if speedup is None:
+        return "-"
+    text = f"{speedup:.1f}x"
+    return f"{speedup:.2f}x" if text == "1.0x" else text
+
+
+# --- curves ---------------------------------------------------------------------------------
+
+
+def speed_curve(results: list[PromptResult], window: int = SPEED_WINDOW) -> list[tuple[int, float]]:
+    """(token position in the reply, tokens/s over the last `window` tokens), pooled over the
+    prompts that reached that position: the window's tokens over the time they took."""
+    points = []
+    longest = max((r.n_predicted for r in results), default=0)
+    for position in range(1 + window, longest + 1):
+        tokens = seconds = 0.0
+        for r in results:
+            if r.n_predicted >= position and r.timeline:
+                start, end = _time_at(r.timeline, position - window), _time_at(r.timeline, position)
+                tokens += window
+                seconds += max(end - start, 0.0)
+        if seconds > 0:
+            points.append((position, tokens / seconds))
+    return points
+
+
+def _time_at(timeline: tuple[tuple[int, float], ...], n_tokens: float) -> float:
+    """Seconds since the first token when the n-th token arrived (linear between steps: the
+    tokens of one verify step all arrive at once, spreading them keeps the curve readable)."""
+    counts = [n for n, _ in timeline]
+    i = bisect_left(counts, n_tokens)
+    if i == 0:
+        return timeline[0][1]
+    if i >= len(timeline):
+        return timeline[-1][1]
+    (n0, t0), (n1, t1) = timeline[i - 1], timeline[i]
+    return t0 + (t1 - t0) * (n_tokens - n0) / (n1 - n0)
+
+
+def acceptance_by_position(results: list[PromptResult]) -> list[float]:
+    """Accepted / drafted at each draft position, over all the prompts."""
+    drafted: list[int] = []
+    accepted: list[int] = []
+    for r in results:
+        for i, (d, a) in enumerate(zip(r.drafted_by_position, r.accepted_by_position)):
+            if i == len(drafted):
+                drafted.append(0)
+                accepted.append(0)
+            drafted[i] += d
+            accepted[i] += a
+    return [a / d if d else 0.0 for a, d in zip(accepted, drafted)]
+
+
+# --- an earlier run -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delta:
+    config: str
+    category: str
+    tps_before: float
+    tps_now: float
+    speedup_before: float | None
+    speedup_now: float | None
+
+    @property
+    def tps_change(self) -> float:
+        """Relative change of tokens/s (0.12 = 12 % faster now)."""
+        return self.tps_now / self.tps_before - 1.0 if self.tps_before > 0 else 0.0
+
+
+def deltas(current: CompareRun, earlier: CompareRun) -> dict[tuple[str, str], Delta]:
+    """(config, category) -> the change since the earlier run, for the rows both runs have."""
+    before = {(r.config, r.category): r for r in table_rows(earlier)}
+    out = {}
+    for row in table_rows(current):
+        old = before.get((row.config, row.category))
+        if old is not None:
+            out[(row.config, row.category)] = Delta(row.config, row.category, old.tps, row.tps,
+                                                    old.speedup, row.speedup)
+    return out
+
+
+def delta_line(current: CompareRun, earlier: CompareRun) -> str:
+    """One line on the overall rows: 'vs 2026-05-01 12:00: none +3%, lookup −12%'."""
+    changes = deltas(current, earlier)
+    wanted = ALL if len(current.categories()) > 1 else (current.categories() or [ALL])[0]
+    parts = [f"{d.config} {d.tps_change:+.0%}" for (config, category), d in changes.items() if category == wanted]
+    if not parts:
+        return f"vs {earlier.created_text()}: no configuration in common"
+    return f"tokens/s vs {earlier.created_text()}: " + ", ".join(parts)

@@ -1,0 +1,80 @@
+"""The comparison's charts as a PNG without a window (`specula compare --png`).
+
+The command line reaches this by name (importlib), so app.cli never imports Qt. With no
+QApplication yet, one is made on Qt's offscreen platform: nothing is shown, and it works on a
+machine without a display.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from app.compare.results import CompareRun
+from app.compare.summary import verdict
+
+log = logging.getLogger(__name__)
+SIZE = (1400, 900)
+
+
+def save_png(run: CompareRun, path: str | Path) -> Path:
+    from PySide6.QtCore import qInstallMessageHandler
+
+    # Qt's platform notes ("This plugin does not support propagateSizeHints()") are not for a
+    # command-line user: they go to the log instead of stderr.
+    previous = qInstallMessageHandler(_to_log)
+    try:
+        return _render(run, Path(path))
+    finally:
+        qInstallMessageHandler(previous)
+
+
+def _render(run: CompareRun, path: Path) -> Path:
+    from PySide6.QtWidgets import QApplication, QLabel, QVBoxLayout, QWidget
+
+    app = QApplication.instance()
+    if app is None:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        app = QApplication(["specula"])
+    from app.ui.compare_charts import CompareCharts
+
+    page = QWidget()
+    layout = QVBoxLayout(page)
+    title = QLabel(f"<b>{_escape(run.main.name)}</b> · {_escape(run.main.plan)} · {run.created_text()}"
+                   f"<br>{_escape(verdict(run))}")
+    title.setWordWrap(True)
+    charts = CompareCharts()
+    layout.addWidget(title)
+    layout.addWidget(charts, 1)
+    page.resize(*SIZE)
+    charts.set_run(run)
+    page.show()  # offscreen or not, a widget lays out only once shown
+    app.processEvents()
+    try:
+        return _save(page, path)
+    finally:
+        page.close()
+        page.deleteLater()
+
+
+def _save(page, path: Path) -> Path:
+    from app.engine.errors import SpeculaError
+
+    partial = path.with_name(path.name + ".part")
+    pixmap = page.grab()
+    if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
+        partial.unlink(missing_ok=True)
+        raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
+    os.replace(partial, path)
+    return path
+
+
+def _to_log(mode, context, message: str) -> None:
+    log.debug("Qt: %s", message)
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,283 @@
+"""The left column of the compare window: what to compare, and Run / Cancel with progress.
+
+Main model from the library; drafts as checkboxes ("None" always on: it is the baseline; prompt
+lookup; every library model whose vocabulary fits the main model's, decided on headers, the others
+greyed with the reason); the draft length (adaptive, or a sweep of fixed lengths); the prompt set
+(built-in categories, your own text as one prompt, a prompt file); tokens per reply; precision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout,
+    QLineEdit, QListWidget, QListWidgetItem, QPlainTextEdit, QProgressBar, QPushButton, QRadioButton,
+    QSpinBox, QVBoxLayout, QWidget,
+)
+
+from app.compare.choices import parse_lengths
+from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_prompts, own_prompt, read_prompt_file
+from app.compare.results import LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress, RunSettings
+from app.engine.compat import check_compatibility
+from app.engine.errors import SpeculaError
+from app.ui.library import LibraryEntry
+from app.ui.style import small_muted_label
+
+CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+
+
+class CompareSetup(QWidget):
+    runRequested = Signal(object)  # CompareRequest
+    cancelRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._entries: list[LibraryEntry] = []
+        self._file_prompts: list[Prompt] = []
+        self._file_name = ""
+
+        self.main_combo = QComboBox()
+        self.main_combo.setToolTip("The model whose output you get; it stays loaded for the whole run.")
+        self.main_combo.currentIndexChanged.connect(self._fill_drafts)
+        self.drafts = QListWidget()
+        self.drafts.setToolTip("Each checked drafter runs every prompt; None is the baseline of every speedup.")
+        self.drafts.setMinimumHeight(90)
+        self.drafts.setMaximumHeight(150)
+
+        self.adaptive = QRadioButton("Adaptive length (up to 16)")
+        self.adaptive.setToolTip("The engine's default: the draft length follows the measured acceptance and cost.")
+        self.sweep = QRadioButton("Fixed lengths:")
+        self.sweep.setToolTip("Run each drafter once per length, always drafting that many tokens (llama.cpp's way).")
+        self.sweep_lengths = QLineEdit("4,8,16")
+        self.sweep_lengths.setEnabled(False)
+        group = QButtonGroup(self)
+        group.addButton(self.adaptive)
+        group.addButton(self.sweep)
+        self.adaptive.setChecked(True)
+        self.sweep.toggled.connect(self.sweep_lengths.setEnabled)
+
+        self.category_boxes: dict[str, QCheckBox] = {}
+        for prompt in BUILTIN_PROMPTS:
+            box = QCheckBox(prompt.category)
+            box.setChecked(True)
+            box.setToolTip(prompt.text)
+            self.category_boxes[prompt.category] = box
+        self.own_text = QPlainTextEdit()
+        self.own_text.setPlaceholderText("Your own prompt (optional): run as one more prompt, category \"own\"")
+        self.own_text.setMaximumHeight(70)
+        self.file_button = QPushButton("Prompt file…")
+        self.file_button.setToolTip("JSON lines {\"category\": ..., \"prompt\": ...}, or plain text with one "
+                                    "prompt per paragraph")
+        self.file_button.clicked.connect(self.choose_prompt_file)
+        self.clear_file_button = QPushButton("Clear")
+        self.clear_file_button.clicked.connect(lambda: self.set_prompt_file(None))
+        self.file_label = small_muted_label("")
+
+        self.n_predict = QSpinBox()
+        self.n_predict.setRange(4, 4096)
+        self.n_predict.setValue(64)
+        self.n_predict.setToolTip("Tokens per reply (greedy, the same seed for every drafter)")
+        self.precision = QComboBox()
+        self.precision.addItems(PRECISIONS)
+        self.precision.setToolTip("float32 makes greedy outputs exactly identical; in half precision near-ties can flip")
+
+        self.run_button = QPushButton("Run")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(self._on_run)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.setToolTip("Stop after the current step; the finished results are kept and saved")
+        self.cancel_button.clicked.connect(self.cancelRequested)
+        self.progress = QProgressBar()
+        self.progress.setFormat("")
+        self.status = small_muted_label("")
+        self._layout()
+        self._fill_drafts()
+
+    def _layout(self) -> None:
+        main_box = QGroupBox("Main model")
+        QVBoxLayout(main_box).addWidget(self.main_combo)
+        draft_box = QGroupBox("Drafts")
+        draft_layout = QVBoxLayout(draft_box)
+        draft_layout.addWidget(self.drafts)
+        draft_layout.addWidget(self.adaptive)
+        sweep_row = QHBoxLayout()
+        sweep_row.addWidget(self.sweep)
+        sweep_row.addWidget(self.sweep_lengths, 1)
+        draft_layout.addLayout(sweep_row)
+        prompt_box = QGroupBox("Prompts")
+        prompt_layout = QVBoxLayout(prompt_box)
+        grid = QGridLayout()
+        for i, box in enumerate(self.category_boxes.values()):
+            grid.addWidget(box, i // 3, i % 3)
+        prompt_layout.addLayout(grid)
+        prompt_layout.addWidget(self.own_text)
+        file_row = QHBoxLayout()
+        file_row.addWidget(self.file_button)
+        file_row.addWidget(self.clear_file_button)
+        file_row.addStretch(1)
+        prompt_layout.addLayout(file_row)
+        prompt_layout.addWidget(self.file_label)
+        form = QFormLayout()
+        form.addRow("Tokens per reply", self.n_predict)
+        form.addRow("Precision", self.precision)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for widget in (main_box, draft_box, prompt_box):
+            layout.addWidget(widget)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addStretch(1)
+        self.set_prompt_file(None)
+
+    # --- the library ---------------------------------------------------------------------------
+
+    def set_entries(self, entries: list[LibraryEntry]) -> None:
+        current = self.main_path()
+        self._entries = [e for e in entries if e.usable]
+        self.main_combo.blockSignals(True)
+        self.main_combo.clear()
+        for entry in self._entries:
+            self.main_combo.addItem(entry.title, entry.path)
+            self.main_combo.setItemData(self.main_combo.count() - 1, entry.facts(), Qt.ItemDataRole.ToolTipRole)
+        self.main_combo.blockSignals(False)
+        if not current or not self.select_main(current):
+            self.main_combo.setCurrentIndex(0 if self._entries else -1)
+            self._fill_drafts()
+
+    def select_main(self, path: str | None) -> bool:
+        index = self.main_combo.findData(path) if path else -1
+        if index < 0:
+            return False
+        if index == self.main_combo.currentIndex():
+            self._fill_drafts()
+        self.main_combo.setCurrentIndex(index)
+        return True
+
+    def main_path(self) -> str | None:
+        return self.main_combo.currentData()
+
+    def _main_entry(self) -> LibraryEntry | None:
+        return next((e for e in self._entries if e.path == self.main_path()), None)
+
+    def _fill_drafts(self, _index: int = 0) -> None:
+        checked = {c for c in self._checked()} if self.drafts.count() else {(LOOKUP, None)}
+        self.drafts.clear()
+        baseline = self._add_draft("None (plain decoding: the baseline)", (NONE, None), True)
+        baseline.setFlags(baseline.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
+        self._add_draft("Prompt lookup (no draft model)", (LOOKUP, None), (LOOKUP, None) in checked)
+        main = self._main_entry()
+        for entry in self._entries:
+            if main is None or entry.path == main.path:
+                continue
+            result = check_compatibility(main.info, entry.info)
+            choice = (MODEL, entry.path)
+            if result.compatible:
+                item = self._add_draft(entry.title, choice, choice in checked)
+                item.setToolTip(entry.facts())
+            else:
+                item = self._add_draft(f"{entry.title} — incompatible", choice, False)
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+                item.setToolTip(f"Cannot draft for {main.title}: {result.reason}")
+
+    def _add_draft(self, text: str, choice: tuple[str, str | None], checked: bool) -> QListWidgetItem:
+        item = QListWidgetItem(text, self.drafts)
+        item.setData(CHOICE_ROLE, choice)
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+        return item
+
+    def _checked(self) -> list[tuple[str, str | None]]:
+        items = [self.drafts.item(i) for i in range(self.drafts.count())]
+        return [tuple(i.data(CHOICE_ROLE)) for i in items
+                if i.checkState() == Qt.CheckState.Checked and i.flags() & Qt.ItemFlag.ItemIsEnabled]
+
+    def check_draft(self, kind: str, path: str | None = None, checked: bool = True) -> bool:
+        """Tick (or untick) a drafter; False if it is not offered (tests and restoring)."""
+        for i in range(self.drafts.count()):
+            item = self.drafts.item(i)
+            if tuple(item.data(CHOICE_ROLE)) == (kind, path) and item.flags() & Qt.ItemFlag.ItemIsEnabled:
+                item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+                return True
+        return False
+
+    def draft_texts(self) -> list[tuple[str, bool]]:
+        """(text, enabled) of every draft item, as shown."""
+        items = [self.drafts.item(i) for i in range(self.drafts.count())]
+        return [(i.text(), bool(i.flags() & Qt.ItemFlag.ItemIsEnabled)) for i in items]
+
+    # --- prompts -------------------------------------------------------------------------------
+
+    def choose_prompt_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Prompt file", "", "Prompt files (*.jsonl *.txt *.md);;All files (*)")
+        if path:
+            self.set_prompt_file(path)
+
+    def set_prompt_file(self, path: str | None) -> None:
+        self._file_prompts, self._file_name = [], ""
+        if path:
+            try:
+                self._file_prompts, self._file_name = read_prompt_file(path), Path(path).name
+            except SpeculaError as exc:
+                self.status.setText(str(exc))
+        self.clear_file_button.setVisible(bool(self._file_prompts))
+        self.file_label.setVisible(bool(self._file_prompts))
+        count = len(self._file_prompts)
+        self.file_label.setText(f"{self._file_name}: {count} prompt{'s' * (count != 1)}")
+
+    def prompts(self) -> list[Prompt]:
+        chosen = [c for c in CATEGORIES if self.category_boxes[c].isChecked()]
+        prompts = builtin_prompts(chosen)
+        if self.own_text.toPlainText().strip():
+            prompts.append(own_prompt(self.own_text.toPlainText()))
+        return prompts + self._file_prompts
+
+    # --- the request ---------------------------------------------------------------------------
+
+    def request(self) -> CompareRequest:
+        """What the widgets say, or a SpeculaError naming what is missing."""
+        main = self._main_entry()
+        if main is None:
+            raise SpeculaError("pick a main model (add GGUF files in the main window's Library tab)")
+        prompts = self.prompts()
+        if not prompts:
+            raise SpeculaError("pick at least one prompt category, or give a prompt")
+        sweep = parse_lengths(self.sweep_lengths.text()) if self.sweep.isChecked() else ()
+        titles = {e.path: e.title for e in self._entries}
+        drafts = tuple(DraftChoice(kind, path, titles.get(path, kind) if path else kind)
+                       for kind, path in self._checked() if kind != NONE)
+        settings = RunSettings(n_predict=self.n_predict.value(), draft_sweep=sweep)
+        return CompareRequest(main.path, drafts, tuple(prompts), settings, dtype=self.precision.currentText())
+
+    def _on_run(self) -> None:
+        try:
+            request = self.request()
+        except SpeculaError as exc:
+            self.status.setText(str(exc))
+            return
+        self.runRequested.emit(request)
+
+    def set_running(self, running: bool) -> None:
+        for widget in (self.main_combo, self.drafts, self.adaptive, self.sweep, self.own_text,
+                       self.file_button, self.clear_file_button, self.n_predict, self.precision, self.run_button):
+            widget.setEnabled(not running)
+        self.sweep_lengths.setEnabled(not running and self.sweep.isChecked())
+        for box in self.category_boxes.values():
+            box.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        if running:
+            self.progress.setRange(0, 0)  # busy until the first progress report
+            self.progress.setFormat("starting…")
+
+    def set_progress(self, progress: Progress) -> None:
+        self.progress.setRange(0, max(progress.total, 1))
+        self.progress.setValue(progress.done)
+        self.progress.setFormat(f"%v/%m · {progress.stage}")

@@ -1,0 +1,300 @@
+"""The compare window (View ▸ Compare drafts): which draft pays off with this model, on this machine.
+
+Setup on the left (compare_setup), results on the right: the verdict line, grouped bars and curves
+(compare_charts), the sortable table (compare_table), and Open… / Compare with… / Export. The run
+itself happens on a worker thread (app.worker.compare_task); the window only receives snapshots,
+so it stays responsive. Every run is saved as it goes under the app's data folder
+(`comparisons/compare-YYYYmmdd-HHMMSS.json`) and can be reopened; Cancel keeps what finished.
+Closing the window (or the main window) cancels a run and waits for its current step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
+from PySide6.QtWidgets import (
+    QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
+)
+
+from app.compare.export import save_csv
+from app.compare.results import CANCELLED, COMPLETE, CompareRequest, CompareRun, load_run, save_run
+from app.compare.summary import delta_line, verdict
+from app.engine.errors import SpeculaError
+from app.ui.compare_charts import CompareCharts
+from app.ui.compare_setup import CompareSetup
+from app.ui.compare_table import CompareTable
+from app.ui.library import LibraryEntry
+from app.ui.paths import data_dir
+from app.ui.style import small_muted_label
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 20.0
+JSON_FILTER = "Specula comparisons (*.json)"
+
+
+def runs_dir() -> Path:
+    folder = data_dir() / "comparisons"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+class CompareWindow(QMainWindow):
+    def __init__(self, entries: list[LibraryEntry] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("Compare drafts — Specula")
+        self.run: CompareRun | None = None
+        self.earlier: CompareRun | None = None
+        self.run_path: Path | None = None
+        self.task = None  # app.worker.compare_task.CompareTask, made at the first Run
+        self.running = False
+        self._cancel_requested = False
+        self._build()
+        self.set_entries(entries or [])
+        self.resize(1400, 900)
+        if parent is not None:
+            parent.installEventFilter(self)  # the main window closing stops a run first
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)
+
+    def _build(self) -> None:
+        self.setup = CompareSetup()
+        self.setup.runRequested.connect(self.start)
+        self.setup.cancelRequested.connect(self.cancel)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.setup)
+        scroll.setMinimumWidth(330)
+
+        self.verdict_label = QLabel("Pick a main model and drafts, then press Run.")
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        font = self.verdict_label.font()
+        font.setPointSizeF(font.pointSizeF() * 1.1)
+        font.setBold(True)
+        self.verdict_label.setFont(font)
+        self.facts_label = small_muted_label("")
+        self.open_button = _button("Open…", "Open an earlier comparison", self.open_dialog)
+        self.compare_button = _button("Compare with…", "Show the change from an earlier comparison", self.compare_dialog)
+        self.csv_button = _button("Export CSV…", "The table as CSV", lambda: self.export_dialog("csv"))
+        self.json_button = _button("Export JSON…", "Every prompt's figures as JSON (reopens here)",
+                                   lambda: self.export_dialog("json"))
+        self.png_button = _button("Export PNG…", "The charts as one image", lambda: self.export_dialog("png"))
+        actions = QHBoxLayout()
+        for button in (self.open_button, self.compare_button):
+            actions.addWidget(button)
+        actions.addStretch(1)
+        for button in (self.csv_button, self.json_button, self.png_button):
+            actions.addWidget(button)
+
+        self.charts = CompareCharts()
+        self.table = CompareTable()
+        results_split = QSplitter(Qt.Orientation.Vertical)
+        results_split.addWidget(self.charts)
+        results_split.addWidget(self.table)
+        results_split.setSizes([560, 260])
+        results = QWidget()
+        results_layout = QVBoxLayout(results)
+        results_layout.setContentsMargins(6, 0, 0, 0)
+        results_layout.addWidget(self.verdict_label)
+        results_layout.addWidget(self.facts_label)
+        results_layout.addLayout(actions)
+        results_layout.addWidget(results_split, 1)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(scroll)
+        splitter.addWidget(results)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([340, 1060])
+        self.setCentralWidget(splitter)
+        self._refresh_buttons()
+
+    # --- the library ---------------------------------------------------------------------------
+
+    def set_entries(self, entries: list[LibraryEntry]) -> None:
+        self.setup.set_entries(entries)
+
+    def select_main(self, path: str | None) -> bool:
+        return self.setup.select_main(path)
+
+    # --- running ---------------------------------------------------------------------------
+
+    def start(self, request: CompareRequest) -> None:
+        if self.running:
+            return
+        from app.worker.compare_task import CompareTask
+
+        if self.task is None:
+            self.task = CompareTask()
+            self.task.worker.progress.connect(self.setup.set_progress)
+            self.task.worker.updated.connect(self._on_update)
+            self.task.worker.finished.connect(self._on_finished)
+        self.run_path = runs_dir() / time.strftime("compare-%Y%m%d-%H%M%S.json")
+        self.running = True
+        self._cancel_requested = False
+        self.earlier = None
+        self.setup.set_running(True)
+        self.setup.status.setText("")
+        self._refresh_buttons()
+        self.task.start(request, self.run_path)
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self._cancel_requested = True
+            self.task.cancel()
+            self.setup.progress.setFormat("stopping after this step…")
+
+    def _on_update(self, run: CompareRun) -> None:
+        self.set_run(run)
+
+    def _on_finished(self, run: CompareRun | None, error: str) -> None:
+        self.running = False
+        self.setup.set_running(False)
+        if run is not None:
+            self.set_run(run)
+        saved = f"saved to {self.run_path}" if run is not None and self.run_path is not None else "nothing saved"
+        if error and run is None and self._cancel_requested:
+            self.setup.status.setText("Cancelled before anything ran")
+        elif error:
+            self.setup.status.setText(f"Failed: {error} ({saved})")
+        elif run is not None and run.status == CANCELLED:
+            self.setup.status.setText(f"Cancelled: {len(run.results)} of {run.n_expected} results kept, {saved}")
+        else:
+            self.setup.status.setText(f"Done: {saved}")
+        self.setup.progress.setRange(0, 1)
+        self.setup.progress.setValue(1 if run is not None and run.status == COMPLETE else 0)
+        self.setup.progress.setFormat(run.status if run is not None else "failed")
+        self._refresh_buttons()
+
+    # --- showing a run ---------------------------------------------------------------------
+
+    def set_run(self, run: CompareRun | None, earlier: CompareRun | None = None) -> None:
+        self.run = run
+        if earlier is not None:
+            self.earlier = earlier
+        self.charts.set_run(run)
+        self.table.set_run(run, self.earlier)
+        self._show_verdict()
+        self._refresh_buttons()
+
+    def _show_verdict(self) -> None:
+        run = self.run
+        if run is None:
+            self.verdict_label.setText("Pick a main model and drafts, then press Run.")
+            self.facts_label.setText("")
+            return
+        text = _escape(verdict(run))
+        if self.earlier is not None:
+            text += f"<br><span style='font-weight:normal'>{_escape(delta_line(run, self.earlier))}</span>"
+        self.verdict_label.setText(text)
+        s = run.settings
+        state = "" if run.status == COMPLETE else f" · {run.status}: {len(run.results)}/{run.n_expected} results"
+        self.facts_label.setText(
+            f"{run.main.name} on {run.main.plan} · {'greedy' if s.greedy else f'temperature {s.temperature:g}'}"
+            f" · {s.n_predict} tokens per reply · {s.draft_length_text()} · {len(run.prompts)} prompt(s) · "
+            f"{run.created_text()}{state}"
+        )
+
+    def _refresh_buttons(self) -> None:
+        has_run = self.run is not None and bool(self.run.results)
+        for button in (self.csv_button, self.json_button, self.png_button, self.compare_button):
+            button.setEnabled(has_run and not self.running)
+        self.open_button.setEnabled(not self.running)
+
+    # --- files -----------------------------------------------------------------------------
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a comparison", str(runs_dir()), JSON_FILTER)
+        if path:
+            self.open_run(path)
+
+    def open_run(self, path: str | Path) -> bool:
+        try:
+            run = load_run(path)
+        except SpeculaError as exc:
+            self.setup.status.setText(str(exc))
+            return False
+        self.earlier = None
+        self.run_path = Path(path)
+        self.set_run(run)
+        self.setup.status.setText(f"Opened {Path(path).name}")
+        return True
+
+    def compare_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Compare with an earlier comparison", str(runs_dir()), JSON_FILTER)
+        if path:
+            self.compare_with(path)
+
+    def compare_with(self, path: str | Path) -> bool:
+        try:
+            earlier = load_run(path)
+        except SpeculaError as exc:
+            self.setup.status.setText(str(exc))
+            return False
+        self.set_run(self.run, earlier)
+        self.setup.status.setText(f"Compared with {Path(path).name}")
+        return True
+
+    def export_dialog(self, kind: str) -> None:
+        stem = self.run_path.stem if self.run_path is not None else "comparison"
+        filters = {"csv": "CSV files (*.csv)", "json": JSON_FILTER, "png": "PNG images (*.png)"}
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {kind.upper()}", f"{stem}.{kind}", filters[kind])
+        if path:
+            self.export(kind, path)
+
+    def export(self, kind: str, path: str | Path) -> bool:
+        if self.run is None:
+            return False
+        try:
+            if kind == "csv":
+                save_csv(self.run, path)
+            elif kind == "json":
+                save_run(self.run, path)
+            else:
+                self.charts.save_png(path)
+        except SpeculaError as exc:
+            self.setup.status.setText(str(exc))
+            return False
+        self.setup.status.setText(f"Exported {Path(path).name}")
+        return True
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.parent() and event.type() == QEvent.Type.Close:
+            self.shutdown()
+        return False
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.shutdown()
+        event.accept()
+
+    def shutdown(self) -> None:
+        """Cancel a run (its finished results are saved) and end the worker thread."""
+        if self.task is None:
+            return
+        task, self.task = self.task, None
+        if not task.stop(STOP_TIMEOUT_S):
+            log.warning("the comparison did not stop in %.0f s", STOP_TIMEOUT_S)
+            self._stuck_task = task  # a QThread must not be destroyed while it runs
+        QCoreApplication.processEvents()  # deliver the run's last snapshot and its end
+        if self.running:
+            self.running = False
+            self.setup.set_running(False)
+
+
+def _button(text: str, tip: str, slot) -> QPushButton:
+    button = QPushButton(text)
+    button.setToolTip(tip)
+    button.clicked.connect(slot)
+    return button
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
