@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QImage, QTextDocument
 
 from app.compare.results import CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, load_run
+from app.compare.summary import verdict
 from app.ui.compare_view import CompareWindow, runs_dir
 from app.ui.library import FILE, entry_for_file
 from tests.test_gui import add_models, open_window, shot
@@ -105,6 +106,10 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     assert set(window.charts.curve_points("positions")) <= set(configs[1:])
     assert window.verdict_label.text().startswith("lookup:")
     assert "tiny-llama-F32-seed1:" in window.verdict_label.text()
+    shown = QTextDocument()
+    shown.setHtml(window.verdict_label.text())
+    assert shown.toPlainText() == verdict(window.run)  # what the user reads, no entities left
+    assert window.verdict_label.textFormat() == Qt.TextFormat.RichText
 
     table = window.table
     assert table.model().rowCount() == 9

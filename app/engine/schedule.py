@@ -23,8 +23,9 @@ from typing import Protocol
 
 _DECAY = 0.9  # weight of the previous cost estimate per step: about the last 10 steps count
 _TRIAL_DECAY = 0.85  # weight of the previous acceptance counts per drafting step
+_MIN_EVIDENCE = 0.5  # decayed visits below which a draft position has no rate of its own
 _PROBE_EVERY = 4  # steps between one-token probes while drafting does not pay
-_PRIOR_ALPHA = (0.25, 0.25)  # pseudo-counts (accepted, rejected), never decayed: rates stay off 0 and 1
+_PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed: start hopeful (0.9), stay off 0 and 1
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
 
 
@@ -63,9 +64,18 @@ class AdaptiveDraftLength:
         self._idle_steps = 0
 
     def rates(self) -> list[float]:
-        """P(draft position i is accepted | all earlier ones were), with a weak prior of 1/2 (a quarter token each way)."""
+        """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
+        (half a token: 0.9 accepted) so that a reply starts with long drafts, as llama.cpp's fixed
+        length does, and evidence shortens them. A position seldom reached borrows the rate of the
+        one before it: after a run of full acceptances the next position is most likely as good."""
         a, r = _PRIOR_ALPHA
-        return [(acc + a) / (reach + a + r) for acc, reach in zip(self.accepted, self.reached)]
+        rates: list[float] = []
+        for acc, reach in zip(self.accepted, self.reached):
+            if reach < _MIN_EVIDENCE and rates:
+                rates.append(rates[-1])
+            else:
+                rates.append((acc + a) / (reach + a + r))
+        return rates
 
     @property
     def alpha(self) -> float:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 from app.compare.results import NONE, CompareRun
 from app.compare.summary import ALL, Row, acceptance_by_position, speed_curve, table_rows
 from app.engine.errors import SpeculaError
+from app.ui.format import html_text
 
 # Mid-tone colours that read on dark and light backgrounds; "none" is always the neutral grey.
 BASELINE_COLOUR = "#8c8c8c"
@@ -146,7 +147,7 @@ class CompareCharts(QWidget):
             return
         ran = {r.config for r in self.run.results} if self.run is not None else set()
         keys = "&nbsp;&nbsp; ".join(
-            f"<span style='color:{c.name()}'>■</span> {_escape(name)}"
+            f"<span style='color:{c.name()}'>■</span> {html_text(name)}"
             + ("" if name in ran else f" <span style='color:{muted}'>(no result)</span>")
             for name, c in colours.items())
         self.legend.setText(keys)
@@ -233,9 +234,3 @@ def _plot(left: str, bottom: str) -> pg.PlotWidget:
 def _muted(widget: QWidget) -> str:
     c = widget.palette().color(QPalette.ColorRole.WindowText)
     return f"rgba({c.red()},{c.green()},{c.blue()},0.6)"
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)

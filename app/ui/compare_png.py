@@ -13,6 +13,7 @@ from pathlib import Path
 
 from app.compare.results import CompareRun
 from app.compare.summary import verdict
+from app.ui.format import html_text
 
 log = logging.getLogger(__name__)
 SIZE = (1400, 900)
@@ -41,8 +42,8 @@ def _render(run: CompareRun, path: Path) -> Path:
 
     page = QWidget()
     layout = QVBoxLayout(page)
-    title = QLabel(f"<b>{_escape(run.main.name)}</b> · {_escape(run.main.plan)} · {run.created_text()}"
-                   f"<br>{_escape(verdict(run))}")
+    title = QLabel(f"<b>{html_text(run.main.name)}</b> · {html_text(run.main.plan)} · {run.created_text()}"
+                   f"<br>{html_text(verdict(run))}")
     title.setWordWrap(True)
     charts = CompareCharts()
     layout.addWidget(title)
@@ -72,9 +73,3 @@ def _save(page, path: Path) -> Path:
 
 def _to_log(mode, context, message: str) -> None:
     log.debug("Qt: %s", message)
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)

@@ -29,6 +29,7 @@ from app.ui.compare_table import CompareTable
 from app.ui.library import LibraryEntry
 from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
+from app.ui.format import html_text
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class CompareWindow(QMainWindow):
         scroll.setMinimumWidth(330)
 
         self.verdict_label = QLabel("Pick a main model and drafts, then press Run.")
+        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)  # escaped text, sometimes with a <br>
         self.verdict_label.setWordWrap(True)
         self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         font = self.verdict_label.font()
@@ -187,9 +189,9 @@ class CompareWindow(QMainWindow):
             self.verdict_label.setText("Pick a main model and drafts, then press Run.")
             self.facts_label.setText("")
             return
-        text = _escape(verdict(run))
+        text = html_text(verdict(run))
         if self.earlier is not None:
-            text += f"<br><span style='font-weight:normal'>{_escape(delta_line(run, self.earlier))}</span>"
+            text += f"<br><span style='font-weight:normal'>{html_text(delta_line(run, self.earlier))}</span>"
         self.verdict_label.setText(text)
         s = run.settings
         state = "" if run.status == COMPLETE else f" · {run.status}: {len(run.results)}/{run.n_expected} results"
@@ -292,9 +294,3 @@ def _button(text: str, tip: str, slot) -> QPushButton:
     button.setToolTip(tip)
     button.clicked.connect(slot)
     return button
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)

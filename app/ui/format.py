@@ -5,6 +5,7 @@ Plain Python (no Qt, no torch) so they are trivially testable and reusable.
 
 from __future__ import annotations
 
+import html
 import math
 import time
 from typing import Any, Mapping
@@ -84,3 +85,9 @@ def relative_time(timestamp: float, now: float | None = None) -> str:
 def _day_number(moment: time.struct_time) -> int:
     """Calendar days since the epoch in local time (for 'yesterday' across midnight)."""
     return int(time.mktime((moment.tm_year, moment.tm_mon, moment.tm_mday, 12, 0, 0, 0, 0, -1)) // 86400)
+
+
+def html_text(text: str) -> str:
+    """Plain text for a Qt rich-text label: <, > and & escaped. Quotes are left alone, because Qt's
+    rich text does not decode html.escape's &#x27; and would show it literally."""
+    return html.escape(text, quote=False)
