@@ -1,4 +1,5 @@
-"""`specula bench`: a fixed prompt set, each drafter, and transformers' generate() as the peer.
+"""`specula bench`: a fixed prompt set, each drafter, and as peers transformers' generate() and,
+when llama-cpp-python is installed, llama.cpp on the same file.
 
 Prints a table of tokens/s (generated tokens over wall time, prompt included, the same clock for
 every row), speedup over no draft, acceptance rate, and whether the output equals the baseline.
@@ -86,6 +87,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     warm = DecodeSettings(**{**settings.__dict__, "max_new_tokens": 24})
     for drafter in drafters.values():
         _ours(main, drafter, _prompt_ids(main, PROMPTS["code-rewrite"]), warm)
+    llama = _llama_cpp_peer(main, args)
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
         if category not in PROMPTS:
@@ -106,11 +108,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for name, kwargs in peers.items():
                 tokens, seconds = _transformers(main, ids, args.n_predict, args.draft_max, args.draft_p_min, **kwargs)
                 rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
+        if llama is not None:
+            for name in llama.models:
+                tokens, seconds = llama.run(name, ids, args.n_predict)
+                rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
     print(format_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([asdict(r) for r in rows], handle, indent=2)
     return 0
+
+
+def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
+    """llama.cpp on the same file when llama-cpp-python is installed (`pip install .[bench]`)."""
+    from app.cli import bench_llamacpp
+
+    if args.no_llama_cpp or not bench_llamacpp.available():
+        return None
+    eos = main.tokenizer.eos_token_id
+    peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=torch.get_num_threads(),
+                                       lookup_tokens=args.draft_max, stop_ids={eos} if isinstance(eos, int) else set())
+    peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
+    return peer
 
 
 def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):

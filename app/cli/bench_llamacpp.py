@@ -1,0 +1,51 @@
+"""llama.cpp rows for `specula bench`, through llama-cpp-python (the optional `bench` extra).
+
+The same GGUF file, the same prompt token ids, greedy, the same thread count and the same clock
+(generated tokens over wall time, prompt included) as our rows. llama.cpp computes with its own
+quantized kernels, so its greedy output can differ from ours; the table says whether it does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+
+def available() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+class LlamaCppPeer:
+    """One llama.cpp model per configuration: plain decoding and its prompt lookup."""
+
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, lookup_tokens: int, stop_ids: set[int]) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.stop_ids = set(stop_ids)  # our tokenizer's end of turn: the same ids, the same file
+        common: dict[str, Any] = dict(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                                      n_threads_batch=n_threads, verbose=False)
+        self.models = {
+            "llama.cpp": Llama(**common),
+            "llama.cpp lookup": Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens)),
+        }
+
+    def run(self, name: str, ids: list[int], n: int) -> tuple[list[int], float]:
+        """Greedy tokens after `ids` (stopping at EOS or n) and the wall time it took."""
+        llm = self.models[name]
+        stop = self.stop_ids | {llm.token_eos()}
+        tokens: list[int] = []
+        started = time.monotonic()
+        for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            if token in stop:
+                break
+            tokens.append(int(token))
+            if len(tokens) >= n:
+                break
+        return tokens, time.monotonic() - started
+
+    def warm_up(self, ids: list[int]) -> None:
+        for name in self.models:
+            self.run(name, ids, 8)
