@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -18,21 +17,10 @@ from app.compare.results import CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, load_r
 from app.compare.summary import verdict
 from app.ui.compare_view import CompareWindow, runs_dir
 from app.ui.library import FILE, entry_for_file
-from tests.test_gui import add_models, open_window, shot
+from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
 
 WAIT_MS = 120_000
 COPY = "The model reads the file and the model writes the file. " * 3
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch) -> Path:
-    """A fresh app data folder (runs are saved under it) and an empty Hugging Face cache."""
-    from huggingface_hub import constants
-
-    folder = tmp_path / "specula-data"
-    monkeypatch.setenv("SPECULA_DATA_DIR", str(folder))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    return folder
 
 
 @pytest.fixture(autouse=True)

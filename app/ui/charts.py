@@ -120,19 +120,7 @@ class LiveCharts(QWidget):
 
     def _apply_theme(self) -> None:
         """Follow the window's palette, so a dark and a light theme both read well."""
-        palette = self.palette()
-        background = palette.color(QPalette.ColorRole.Base)
-        text = palette.color(QPalette.ColorRole.WindowText)
-        muted = QColor(text)
-        muted.setAlpha(110)
-        for plot in (self._speed_plot, self._accept_plot, self._position_plot):
-            plot.setBackground(background)
-            item = plot.getPlotItem()
-            for side in ("left", "bottom"):
-                axis = item.getAxis(side)
-                axis.setPen(pg.mkPen(muted))
-                axis.setTextPen(pg.mkPen(text))
-                axis.label.setDefaultTextColor(text)
+        text, muted = theme_plots(self.palette(), (self._speed_plot, self._accept_plot, self._position_plot))
         self._set_titles()
         faint = QColor(SPEED)
         faint.setAlpha(110)
@@ -308,12 +296,7 @@ class LiveCharts(QWidget):
         path = Path(path)
         if self._dirty:
             self.redraw()
-        pixmap = self.grab()
-        partial = path.with_name(path.name + ".part")
-        if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
-            partial.unlink(missing_ok=True)
-            raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
-        os.replace(partial, path)
+        save_widget_png(self, path)
 
     # -- read-only views (tests, export) -------------------------------------------------
 
@@ -373,3 +356,30 @@ def _set_points(item: pg.GraphicsObject, points: deque[tuple[float, float]], sca
     xs = [x for x, _ in points]
     ys = [y * scale for _, y in points]
     item.setData(x=xs, y=ys)
+
+
+def theme_plots(palette: QPalette, plots) -> tuple[QColor, QColor]:
+    """Give pyqtgraph plots the window's colours; returns (text, muted) for the caller's items."""
+    background = palette.color(QPalette.ColorRole.Base)
+    text = palette.color(QPalette.ColorRole.WindowText)
+    muted = QColor(text)
+    muted.setAlpha(110)
+    for plot in plots:
+        plot.setBackground(background)
+        for side in ("left", "bottom"):
+            axis = plot.getPlotItem().getAxis(side)
+            axis.setPen(pg.mkPen(muted))
+            axis.setTextPen(pg.mkPen(text))
+            axis.label.setDefaultTextColor(text)
+    return text, muted
+
+
+def save_widget_png(widget: QWidget, path: str | Path) -> None:
+    """A widget as it looks now, as a PNG written whole or not at all."""
+    path = Path(path)
+    pixmap = widget.grab()
+    partial = path.with_name(path.name + ".part")
+    if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
+        partial.unlink(missing_ok=True)
+        raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
+    os.replace(partial, path)

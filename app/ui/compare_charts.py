@@ -9,7 +9,6 @@ charts, the table and the exported files always agree.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -19,7 +18,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from app.compare.results import NONE, CompareRun
 from app.compare.summary import ALL, Row, acceptance_by_position, speed_curve, table_rows
-from app.engine.errors import SpeculaError
+from app.ui.charts import save_widget_png, theme_plots
 from app.ui.format import html_text
 
 # Mid-tone colours that read on dark and light backgrounds; "none" is always the neutral grey.
@@ -164,18 +163,7 @@ class CompareCharts(QWidget):
             plot.getPlotItem().setTitle(title, color=text, size="10pt")
 
     def _apply_theme(self) -> None:
-        palette = self.palette()
-        background = palette.color(QPalette.ColorRole.Base)
-        text = palette.color(QPalette.ColorRole.WindowText)
-        muted = QColor(text)
-        muted.setAlpha(110)
-        for plot in (self.tps_plot, self.speedup_plot, self.speed_plot, self.position_plot):
-            plot.setBackground(background)
-            for side in ("left", "bottom"):
-                axis = plot.getPlotItem().getAxis(side)
-                axis.setPen(pg.mkPen(muted))
-                axis.setTextPen(pg.mkPen(text))
-                axis.label.setDefaultTextColor(text)
+        theme_plots(self.palette(), (self.tps_plot, self.speedup_plot, self.speed_plot, self.position_plot))
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
@@ -187,13 +175,7 @@ class CompareCharts(QWidget):
 
     def save_png(self, path: str | Path) -> None:
         """The legend and the four plots as one PNG (written whole or not at all)."""
-        path = Path(path)
-        pixmap = self.grab()
-        partial = path.with_name(path.name + ".part")
-        if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
-            partial.unlink(missing_ok=True)
-            raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
-        os.replace(partial, path)
+        save_widget_png(self, path)
 
     # --- read-only views (tests) ---------------------------------------------------------------
 
