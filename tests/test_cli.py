@@ -51,7 +51,7 @@ def commands(files: dict[str, Path]) -> dict[str, list[str]]:
         "pair-bad": ["check-pair", tiny, str(files["other-vocab-type"])],
         # Header facts and the benchmark.
         "inspect-json": ["inspect", tiny, "--json"],
-        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf"],
+        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf", "--no-llama-cpp"],
     }
 
 
@@ -285,4 +285,4 @@ def test_bench_table(cli):
     assert header.split()[-1] == "identical"
     rows = {line.split()[1]: line.split() for line in lines if line.startswith("chat ")}
     assert set(rows) == {"none", "lookup"}
-    assert all(row[-1] == "yes" for row in rows.values())  # --no-hf: no "hf ..." rows either
+    assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp: no peer rows

@@ -203,3 +203,20 @@ def test_context_full_stops_generation(tiny_loaded):
     summary = events[-1].summary
     assert summary.stop_reason is StopReason.CONTEXT_FULL
     assert len(ids) + summary.n_predicted <= len(ids) + 5
+
+
+def test_stop_string_inside_a_multi_token_step_keeps_plain_decodings_tokens(tiny_loaded):
+    """A stop string that ends mid-step: the accepted drafts after it are not part of the reply,
+    so tokens and text equal plain decoding's with the same stop string."""
+    main = tiny_loaded("llama-f32")
+    ids = main.tokenizer.encode(PROMPTS[0])
+    _, free = run(main, ids, NoDrafter(), max_new_tokens=40)
+    stop = free.text[len(free.text) // 2 : len(free.text) // 2 + 3]
+    assert stop and len(free.tokens) > 10
+    _, plain = run(main, ids, NoDrafter(), max_new_tokens=40, stop_strings=(stop,))
+    _, spec = run(main, ids, drafter_for("llama-f32", tiny_loaded, main), max_new_tokens=40,
+                  draft_max=8, draft_p_min=0.0, adaptive_draft=False, stop_strings=(stop,))
+    assert plain.stop_reason is StopReason.STOP_STRING and spec.stop_reason is StopReason.STOP_STRING
+    assert spec.mean_accepted_length > 1  # the stop did fall inside multi-token steps
+    assert spec.tokens == plain.tokens and spec.text == plain.text
+    assert spec.n_predicted == plain.n_predicted

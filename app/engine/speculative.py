@@ -173,12 +173,10 @@ def generate(
             if tok in stop_ids:
                 new_tokens, origins, reason = new_tokens[:i], origins[:i], StopReason.EOS
                 break
+        kept, text, draft_chars, hit = _decode_step(new_tokens, origins, detok, stops)
+        new_tokens, origins = new_tokens[:kept], origins[:kept]
         generated.extend(new_tokens)
         context.extend(new_tokens)
-        n_from_draft = sum(origin is Origin.DRAFT for origin in origins)
-        draft_text = detok.push(new_tokens[:n_from_draft])
-        text, hit = stops.push(draft_text + detok.push(new_tokens[n_from_draft:]))
-        draft_chars = min(len(draft_text), len(text))
         if hit:
             reason = StopReason.STOP_STRING
         elif reason is None and len(generated) >= settings.max_new_tokens:
@@ -247,6 +245,23 @@ def generate(
         drafted_by_position=tuple(counters.drafted_at),
     )
     yield DoneEvent(summary)
+
+
+def _decode_step(tokens: list[int], origins: list[Origin], detok: IncrementalDetokenizer,
+                 stops: StopMatcher) -> tuple[int, str, int, bool]:
+    """Text for one step's tokens, token by token, so that a stop string ending inside the step
+    keeps exactly the tokens plain decoding would have produced before stopping (accepted drafts
+    after it are dropped). Returns (tokens kept, text, leading characters from drafts, hit)."""
+    text, draft_raw = "", 0
+    for i, (token, origin) in enumerate(zip(tokens, origins)):
+        piece = detok.push([token])
+        if origin is Origin.DRAFT:
+            draft_raw += len(piece)
+        emitted, hit = stops.push(piece)
+        text += emitted
+        if hit:
+            return i + 1, text, min(draft_raw, len(text)), True
+    return len(tokens), text, min(draft_raw, len(text)), False
 
 
 def _eos_ids(tokenizer) -> list[int]:
