@@ -36,12 +36,13 @@ def data_dir(tmp_path, monkeypatch) -> Path:
     return folder
 
 
-def shot(window, name: str) -> None:
+def shot(widget, name: str) -> None:
+    """Save a screenshot of a window or widget when SPECULA_SHOTS names a folder."""
     folder = os.environ.get("SPECULA_SHOTS")
     if folder:
         QApplication.processEvents()
         Path(folder).mkdir(parents=True, exist_ok=True)
-        window.grab().save(str(Path(folder) / f"{name}.png"))
+        widget.grab().save(str(Path(folder) / f"{name}.png"))
 
 
 def open_window(qtbot) -> MainWindow:

@@ -5,7 +5,6 @@ one-line errors, and a GUI thread that keeps turning while a download runs."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from app.engine.compat import check_compatibility
 from app.engine.gguf_info import format_bytes, read_gguf_info
 from app.ui.discover import KEY_ROLE, DiscoverPanel
 from app.worker.hub_tasks import HubCalls
+from tests.test_gui import shot
 from tests.hf_server import (BIG_FILE, GOOD_TOKEN, REPO_BIG, REPO_BROKEN, REPO_FOREIGN, REPO_GATED, REPO_MID, REPO_SMALL,
                              SPLIT_FIRST, fake_hub, hub, hub_files)  # noqa: F401
 
@@ -35,14 +35,6 @@ def panel(qtbot, hub):
     widget.show()
     yield widget
     widget.shutdown(5000)
-
-
-def shot(widget, name: str) -> None:
-    folder = os.environ.get("SPECULA_SHOTS")
-    if folder:
-        QApplication.processEvents()
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        widget.grab().save(str(Path(folder) / f"{name}.png"))
 
 
 def repo_ids(panel) -> list[str]:
