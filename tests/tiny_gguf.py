@@ -62,13 +62,17 @@ _QTYPES = {
     "F32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
     "F16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "Q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "Q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    "Q4_1": (gguf.GGMLQuantizationType.Q4_1, gguf.LlamaFileType.MOSTLY_Q4_1),
+    "Q5_0": (gguf.GGMLQuantizationType.Q5_0, gguf.LlamaFileType.MOSTLY_Q5_0),
 }
 
 
 @dataclass(frozen=True)
 class TinySpec:
     arch: str = "llama"  # "llama" or "qwen2"
-    qtype: str = "F32"  # "F32", "F16" or "Q8_0": the 2-D matrices; norms and biases stay F32
+    qtype: str = "F32"  # a _QTYPES key (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0) for the 2-D matrices;
+    # norms and biases stay F32
     seed: int = 0
     n_layers: int = 2
     hidden: int = 64

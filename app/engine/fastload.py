@@ -39,6 +39,7 @@ from transformers.integrations.gguf import dequant as torch_dequant
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
+from app.engine import quantlinear
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf_info import GGUFInfo
 
@@ -134,8 +135,11 @@ def load_weights(
     config: dict,
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
+    int4: bool = False,
 ) -> None:
     """Fill `model`'s parameters from the file, in place, one tensor (or block of rows) in flight.
+    With `int4`, the layers' linear weights in a 4-to-8-bit GGUF type keep their integers and run
+    torch's int4 kernel instead (app.engine.quantlinear); their bf16 parameters are never written.
 
     Tensors are read with plain reads rather than a memory map so that the file's pages do not
     count against the process while it loads."""
@@ -154,7 +158,11 @@ def load_weights(
                 _copy_rows(params[hf_name], handle, tensor, info)
                 filled.add(hf_name)
                 continue
-            values = _dequantize(_read(handle, info, tensor.offset, tensor.n_bytes), tensor.ggml_type, tensor.shape)
+            raw = _read(handle, info, tensor.offset, tensor.n_bytes)
+            if int4 and _pack_into(model, hf_name, raw, tensor, processor, name_map):
+                filled.add(hf_name)
+                continue
+            values = _dequantize(raw, tensor.ggml_type, tensor.shape)
             result = processor.process(weights=values.numpy(), name=tensor.name,
                                        tensor_key_mapping=name_map, parsed_parameters={})
             hf_name = name_map.get(result.name)
@@ -163,6 +171,61 @@ def load_weights(
             _copy_into(params[hf_name], torch.as_tensor(np.asarray(result.weights)), tensor.name, info)
             filled.add(hf_name)
     _check_all_filled(model, filled, info)
+
+
+def _pack_into(model: torch.nn.Module, hf_name: str | None, raw: np.ndarray, tensor, processor,
+               name_map: dict[str, str]) -> bool:
+    """Replace the decoder-layer linear that owns `hf_name` by an Int4Linear of the file's
+    integers; False (the caller then fills the bf16 weight) when the tensor does not qualify."""
+    module_name, _, leaf = (hf_name or "").rpartition(".")
+    if leaf != "weight" or ".layers." not in f".{module_name}" or not quantlinear.can_pack(tensor.ggml_type, tensor.shape):
+        return False
+    linear = model.get_submodule(module_name)
+    if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
+        return False
+    row_order = _row_order(processor, tensor.name, tensor.shape[0], name_map)
+    if row_order is None:
+        return False
+    packed = quantlinear.pack_linear(raw, tensor.ggml_type, tensor.shape, row_order, linear.bias)
+    parent_name, _, child = module_name.rpartition(".")
+    setattr(model.get_submodule(parent_name), child, packed)
+    return True
+
+
+def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
+    """Run the output projection (often the embedding, tied) with the int4 kernel from the file's
+    integers, read a block of rows at a time. The projection is the largest matrix a decoding step
+    reads: a 262k-token vocabulary is 335 MB in bf16. A tied embedding keeps its bf16 table for
+    the input lookup. False when the head's type or shape does not qualify."""
+    head = model.get_output_embeddings()
+    by_name = {t.name: t for t in info.tensors}
+    tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
+        return False
+    if tuple(head.weight.shape) != tuple(tensor.shape) or not quantlinear.can_pack(tensor.ggml_type, tensor.shape):
+        return False
+    rows, k = tensor.shape
+    row_bytes = tensor.n_bytes // rows
+    step = max(quantlinear.PACK_ROWS, _CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
+    chunks = []
+    with open(info.path, "rb") as handle:
+        for first in range(0, rows, step):
+            n = min(step, rows - first)
+            raw = _read(handle, info, tensor.offset + first * row_bytes, n * row_bytes)
+            chunks.append(quantlinear.pack_passes(raw, tensor.ggml_type, (n, k)))
+    model.set_output_embeddings(quantlinear.Int4Linear(quantlinear.concat_passes(chunks), rows, k, None))
+    return True
+
+
+def _row_order(processor, gguf_name: str, n_rows: int, name_map: dict[str, str]) -> np.ndarray | None:
+    """Which file row each model row comes from: transformers' processor run on the row numbers
+    (Llama's q/k un-permutation reorders rows). None if the processor does anything but reorder."""
+    rows = np.arange(n_rows, dtype=np.float64).reshape(n_rows, 1)
+    result = processor.process(weights=rows, name=gguf_name, tensor_key_mapping=name_map, parsed_parameters={})
+    order = np.asarray(result.weights).reshape(-1)
+    if order.shape != (n_rows,) or not np.array_equal(np.sort(order), np.arange(n_rows)):
+        return None
+    return order.astype(np.int64)
 
 
 def _read(handle: BinaryIO, info: GGUFInfo, offset: int, n_bytes: int) -> np.ndarray:
@@ -210,11 +273,16 @@ def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) 
 
 
 def build_model(info: GGUFInfo, dtype: torch.dtype, progress: ProgressCallback | None = None,
-                cancel: CancelCheck | None = None) -> torch.nn.Module:
+                cancel: CancelCheck | None = None, int4: bool = False) -> torch.nn.Module:
+    """The model in `dtype`; with `int4` (bf16 on the CPU only) quantized layer weights stay
+    quantized (app.engine.quantlinear)."""
     config = build_config(info)
     with no_init_weights():  # every parameter is overwritten from the file
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    load_weights(model, info, config_dict(info), progress, cancel)
+    int4 = int4 and dtype == torch.bfloat16
+    load_weights(model, info, config_dict(info), progress, cancel, int4=int4)
+    if int4 and os.environ.get("SPECULA_INT4_HEAD", "1") != "0":
+        pack_head(model, info)
     release_freed_memory()  # the float32 tensors each weight passed through
     return model.eval()
 

@@ -10,7 +10,8 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -19,7 +20,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-from app.engine import fastload
+from app.engine import fastload, quantlinear
 from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.machine import memory_limit_bytes
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
@@ -143,9 +144,14 @@ def load_model(
     name = path.name
     try:
         if fastload.can_fast_load(info):
+            plan = replace(plan, int4=_use_int4(info, plan))
+            # The tokenizer (a second of unpickling for a 262k vocabulary) loads on a thread while
+            # the weights load: their torch kernels release the GIL.
             report("building tokenizer", 0.0)
-            tokenizer = fastload.load_tokenizer(info)
-            model = fastload.build_model(info, plan.dtype, progress, cancel)
+            with ThreadPoolExecutor(1, thread_name_prefix="specula-tokenizer") as pool:
+                tokenizer_job = pool.submit(fastload.load_tokenizer, info)
+                model = fastload.build_model(info, plan.dtype, progress, cancel, int4=plan.int4)
+                tokenizer = tokenizer_job.result()
         else:
             tokenizer, model = _transformers_load(path, plan, progress, cancel)
     except SpeculaError:
@@ -162,6 +168,14 @@ def load_model(
     elapsed = time.monotonic() - started
     log.info("loaded %s in %.1fs on %s", name, elapsed, plan.describe())
     return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix)
+
+
+def _use_int4(info: GGUFInfo, plan: DevicePlan) -> bool:
+    """Keep quantized weights quantized when everything computes on the CPU in bf16 and the file
+    has tensors the int4 kernel can run (SPECULA_INT4=0 turns it off)."""
+    on_cpu = plan.gpu is None or plan.n_gpu_layers == 0
+    packable = any(quantlinear.can_pack(t.ggml_type, t.shape) for t in info.tensors)
+    return on_cpu and plan.dtype == torch.bfloat16 and packable and quantlinear.int4_available()
 
 
 def _transformers_load(path: Path, plan: DevicePlan, progress: ProgressCallback | None,

@@ -1,0 +1,175 @@
+"""Linear layers that keep a GGUF file's own low-bit weights and run torch's int4 CPU kernel.
+
+Decoding one token is a chain of matrix-vector products, so its speed is the bytes of weights read
+per token. A bf16 copy of a Q4 file reads 2 bytes per weight where llama.cpp reads about 0.6;
+torch's `_weight_int4pack_mm_for_cpu` reads half a byte, 4-6x faster than a bf16 product here.
+
+Every type handled here stores, for each group of 32 weights along a row, w = s*u + o with u a
+small unsigned integer and the group's scale s and offset o. That is exactly the kernel's form
+w = (q - 8)*scale + zero when u has 16 levels (Q4_0, Q4_1, Q4_K). Types with more levels (Q5_0,
+Q5_1: 32; Q8_0: 256) are split as u = 16*h + l into two 4-bit matrices whose products are
+added: still the file's weights, read at one byte each. Scales and zeros are held in bf16 by the
+kernel, as a bf16 copy of the weights would round them.
+
+The kernel computes each input row on its own, so a k+1 token verify gives the same per-position
+logits as one-token decoding (tests/test_quantlinear.py checks it): greedy speculative output then
+equals plain decoding in bf16 too, not only "almost always".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import gguf
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+GROUP = 32
+PACK_ROWS = 64
+# ggml type -> (bytes per block, levels of u)
+_BLOCKS = {
+    "Q4_0": (18, 16), "Q4_1": (20, 16), "Q4_K": (144, 16),
+    "Q5_0": (22, 32), "Q5_1": (24, 32),
+    "Q8_0": (34, 256),
+}
+PACKABLE_TYPES = frozenset(_BLOCKS)
+
+
+def int4_available() -> bool:
+    """torch's CPU int4 kernels exist (torch >= 2.6) and the user has not turned them off."""
+    if os.environ.get("SPECULA_INT4", "1").strip().lower() in ("0", "no", "off", "false"):
+        return False
+    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+
+
+def can_pack(ggml_type: str, shape: tuple[int, ...]) -> bool:
+    """The kernel wants K a multiple of the group and N of 16."""
+    return ggml_type in _BLOCKS and len(shape) == 2 and shape[1] % GROUP == 0 and shape[0] % 16 == 0
+
+
+def group_affine(raw: np.ndarray, ggml_type: str) -> tuple[np.ndarray, np.ndarray]:
+    """(s, o) of every group of 32 weights, in file order (row by row), as float32 arrays."""
+    block_bytes, _ = _BLOCKS[ggml_type]
+    blocks = raw.reshape(-1, block_bytes)
+
+    def half(offset: int) -> np.ndarray:
+        return blocks[:, offset : offset + 2].copy().view(np.float16)[:, 0].astype(np.float32)
+
+    d = half(0)
+    if ggml_type == "Q4_0":
+        return d, -8 * d
+    if ggml_type == "Q5_0":
+        return d, -16 * d
+    if ggml_type == "Q8_0":
+        return d, -128 * d  # q is int8: u = q + 128
+    if ggml_type in ("Q4_1", "Q5_1"):
+        return d, half(2)
+    # Q4_K: a super-block of 8 groups with 6-bit scales and mins; w = d*sc*q - dmin*m.
+    scales, mins = gguf.quants.Q4_K.get_scale_min(blocks[:, 4:16])
+    s = d[:, None] * scales.astype(np.float32)
+    o = -half(2)[:, None] * mins.astype(np.float32)
+    return s.reshape(-1), o.reshape(-1)
+
+
+def _nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """16 bytes per group -> its 32 values: the low nibbles are values 0-15, the high ones 16-31."""
+    return torch.cat([qs & 0x0F, qs >> 4], dim=-1)
+
+
+def group_integers(raw: np.ndarray, ggml_type: str) -> torch.Tensor:
+    """u of every weight, uint8 [groups, 32], unpacked straight from the blocks (ggml's layouts),
+    with torch ops so that large tensors use every thread."""
+    block_bytes, _ = _BLOCKS[ggml_type]
+    blocks = torch.from_numpy(raw).reshape(-1, block_bytes)
+    if ggml_type == "Q8_0":
+        # u = q + 128 for int8 q: flipping the sign bit.
+        return blocks[:, 2:34] ^ 0x80
+    if ggml_type in ("Q4_0", "Q4_1"):
+        start = 2 if ggml_type == "Q4_0" else 4
+        return _nibbles(blocks[:, start : start + 16])
+    if ggml_type in ("Q5_0", "Q5_1"):
+        start = 2 if ggml_type == "Q5_0" else 4
+        # 4 bytes of fifth bits, little-endian: bit j of the 32-bit word is value j's.
+        bits = blocks[:, start : start + 4, None] >> torch.arange(8, dtype=torch.uint8)
+        fifth = (bits & 1).reshape(-1, 32)
+        return _nibbles(blocks[:, start + 4 : start + 20]) | (fifth << 4)
+    # Q4_K: 4 runs of 32 bytes; run r holds group 2r in its low nibbles and 2r+1 in its high ones.
+    runs = blocks[:, 16:144].reshape(-1, 4, 1, 32)
+    return torch.cat([runs & 0x0F, runs >> 4], dim=2).reshape(-1, 32)
+
+
+class Int4Linear(torch.nn.Module):
+    """y = x W^T (+ b) with W held as one or two int4-packed matrices (see the module's note)."""
+
+    def __init__(self, passes: list[tuple[torch.Tensor, torch.Tensor]], out_features: int,
+                 in_features: int, bias: torch.nn.Parameter | None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        for i, (packed, scales_zeros) in enumerate(passes):
+            self.register_buffer(f"packed{i}", packed)
+            self.register_buffer(f"scales_zeros{i}", scales_zeros)
+        self.n_passes = len(passes)
+        # The linear's own bias parameter, shared: the loader may fill it after the weight.
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if rows.dtype != torch.bfloat16:
+            rows = rows.to(torch.bfloat16)
+        y = torch._weight_int4pack_mm_for_cpu(rows, self.packed0, GROUP, self.scales_zeros0)
+        if self.n_passes == 2:
+            # bf16 + bf16 is formed exactly in float32 and rounded once, as a float32 sum would be.
+            y.add_(torch._weight_int4pack_mm_for_cpu(rows, self.packed1, GROUP, self.scales_zeros1))
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, passes={self.n_passes}"
+
+
+def _pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N, K] in 0..15, scale and zero [N, K/32] -> the kernel's packed weight and [K/32, N, 2]."""
+    packed = torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
+    scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
+    return packed, scales_zeros
+
+
+Passes = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
+                row_order: np.ndarray | None = None) -> Passes:
+    """The kernel's (packed weight, scales and zeros) for each pass of the matrix stored in `raw`
+    (`shape` [N, K]); `row_order`: which file row each model row comes from."""
+    n_rows, k = shape
+    _, levels = _BLOCKS[ggml_type]
+    s, o = (torch.from_numpy(a).reshape(n_rows, k // GROUP) for a in group_affine(raw, ggml_type))
+    u = group_integers(raw, ggml_type).reshape(n_rows, k)
+    if row_order is not None:
+        index = torch.from_numpy(np.asarray(row_order, dtype=np.int64))
+        s, o, u = s[index], o[index], u[index]
+    if levels == 16:
+        return [_pack(u, s, o + 8 * s)]
+    # u = 16*h + l. The high part is centred on the kernel's 8 (q_h = h + c) so that neither
+    # partial product carries a large common offset; the low part's zero absorbs the rest.
+    high_max = (levels - 1) >> 4
+    c = 8 - (high_max + 1) // 2
+    high, low = (u >> 4) + c, u & 15
+    return [_pack(high, 16 * s, torch.zeros_like(s)), _pack(low, s, o + 8 * s + 16 * (8 - c) * s)]
+
+
+def concat_passes(chunks: list[Passes]) -> Passes:
+    """Join the passes of consecutive blocks of rows. The kernel packs 64 rows together, so every
+    block but the last must have a multiple of PACK_ROWS rows."""
+    return [(torch.cat([c[i][0] for c in chunks]), torch.cat([c[i][1] for c in chunks], dim=1))
+            for i in range(len(chunks[0]))]
+
+
+def pack_linear(raw: np.ndarray, ggml_type: str, shape: tuple[int, int], row_order: np.ndarray | None = None,
+                bias: torch.nn.Parameter | None = None) -> Int4Linear:
+    """An Int4Linear of the matrix stored in `raw` (see pack_passes)."""
+    return Int4Linear(pack_passes(raw, ggml_type, shape, row_order), shape[0], shape[1], bias)

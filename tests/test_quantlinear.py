@@ -1,0 +1,128 @@
+"""Int4 linears from a GGUF file's own integers: exact unpacking, the kernel's row independence,
+and models loaded that way (tiny files written here, and the real demo files)."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from app.engine import quantlinear
+from app.engine.fastload import _dequantize, _read
+from app.engine.gguf_info import read_gguf_info
+from app.engine.loader import load_model
+from app.engine.quantlinear import Int4Linear, concat_passes, group_affine, group_integers, pack_linear, pack_passes
+from tests.tiny_gguf import TinySpec, write_tiny_gguf
+
+WRITABLE_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+requires_int4 = pytest.mark.skipif(not quantlinear.int4_available(), reason="this torch has no CPU int4 kernel")
+
+
+def _quantized(ggml_type: str, shape=(192, 128), seed=0) -> np.ndarray:
+    values = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 0.05
+    values[3, :32] = 0.0  # a group whose scale is 0
+    return gguf.quants.quantize(values, gguf.GGMLQuantizationType[ggml_type]).reshape(-1)
+
+
+def _reconstructed(raw: np.ndarray, ggml_type: str, shape) -> np.ndarray:
+    s, o = group_affine(raw, ggml_type)
+    u = group_integers(raw, ggml_type).numpy().astype(np.float32)
+    return (u * s[:, None] + o[:, None]).reshape(shape)
+
+
+@pytest.mark.parametrize("ggml_type", WRITABLE_TYPES)
+def test_integers_and_scales_rebuild_ggufs_own_dequantization_exactly(ggml_type):
+    raw = _quantized(ggml_type)
+    expected = gguf.quants.dequantize(raw.reshape(192, -1), gguf.GGMLQuantizationType[ggml_type])
+    assert np.array_equal(_reconstructed(raw, ggml_type, (192, 128)), expected.reshape(192, 128))
+
+
+def test_q4_k_tensors_of_the_real_gemma_file_rebuild_exactly(demo_path):
+    info = read_gguf_info(demo_path("gemma3-270m"))
+    q4k = [t for t in info.tensors if t.ggml_type == "Q4_K"][:3]
+    assert q4k, "the demo file has Q4_K tensors"
+    with open(info.path, "rb") as handle:
+        for tensor in q4k:
+            raw = _read(handle, info, tensor.offset, tensor.n_bytes)
+            expected = _dequantize(raw, "Q4_K", tensor.shape).numpy()
+            assert np.array_equal(_reconstructed(raw, "Q4_K", tensor.shape), expected), tensor.name
+
+
+@requires_int4
+@pytest.mark.parametrize("ggml_type", WRITABLE_TYPES)
+def test_int4_linear_matches_the_dequantized_product_and_each_row_stands_alone(ggml_type):
+    raw = _quantized(ggml_type)
+    weights = _dequantize(raw, ggml_type, (192, 128))
+    bias = torch.nn.Parameter(torch.randn(192).to(torch.bfloat16), requires_grad=False)
+    linear = pack_linear(raw, ggml_type, (192, 128), bias=bias)
+    x = torch.randn(17, 128, generator=torch.Generator().manual_seed(1))
+    expected = x @ weights.T + bias.float()
+    got = linear(x).float()
+    # Close to a bf16 product's error. The kernel holds each group's zero in bf16, a rounding
+    # shared by the group's 32 weights rather than independent per weight, hence the margin.
+    bf16_error = ((x.bfloat16() @ weights.bfloat16().T).float() + bias.float() - expected).abs().max()
+    assert (got - expected).abs().max() <= 5 * bf16_error + 1e-3
+    assert (got - expected).abs().max() <= 0.02 * expected.abs().max()
+    # One row alone gives the very same bits as that row inside a 17-row product: a verify of
+    # k+1 tokens agrees with one-token decoding in every linear.
+    for i in (0, 5, 16):
+        assert torch.equal(linear(x[i : i + 1]), got.bfloat16()[i : i + 1])
+
+
+@requires_int4
+def test_row_order_follows_the_models_rows():
+    raw = _quantized("Q4_1", (64, 64))
+    weights = _dequantize(raw, "Q4_1", (64, 64))
+    order = np.random.default_rng(2).permutation(64)
+    x = torch.randn(2, 64)
+    assert torch.allclose(pack_linear(raw, "Q4_1", (64, 64), order)(x).float(), x @ weights[order].T, atol=0.05)
+
+
+@requires_int4
+def test_blocks_of_rows_packed_apart_join_into_the_same_matrix():
+    raw = _quantized("Q8_0", (272, 64))
+    row_bytes = raw.size // 272
+    whole = Int4Linear(pack_passes(raw, "Q8_0", (272, 64)), 272, 64, None)
+    parts = [pack_passes(raw[first * row_bytes : (first + n) * row_bytes], "Q8_0", (n, 64))
+             for first, n in ((0, 128), (128, 128), (256, 16))]
+    joined = Int4Linear(concat_passes(parts), 272, 64, None)
+    x = torch.randn(3, 64)
+    assert torch.equal(whole(x), joined(x))
+
+
+@pytest.fixture(scope="module")
+def tiny_q4(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("q4")
+    return {q: write_tiny_gguf(folder / f"{q}.gguf", TinySpec(arch="llama", qtype=q, seed=4)) for q in ("Q4_0", "Q5_0")}
+
+
+@requires_int4
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0"])
+def test_a_bf16_cpu_load_keeps_the_layers_quantized_and_computes_the_same_logits(tiny_q4, qtype):
+    packed = load_model(tiny_q4[qtype], device="cpu", dtype="bfloat16")
+    reference = load_model(tiny_q4[qtype], device="cpu", dtype="float32")
+    assert packed.plan.int4 and "int4" in packed.plan.describe()
+    linears = [m for m in packed.model.model.layers.modules() if isinstance(m, (Int4Linear, torch.nn.Linear))]
+    assert linears and all(isinstance(m, Int4Linear) for m in linears)
+    ids = packed.tokenizer.encode("The quick brown fox jumps over the lazy dog.")
+    with torch.inference_mode():
+        got = packed.kv_model().feed(ids, len(ids))
+        expected = reference.kv_model().feed(ids, len(ids))
+    assert (got - expected).abs().max() < 0.1 * expected.abs().max()
+    assert (got.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
+
+
+@requires_int4
+def test_int4_can_be_turned_off(tiny_q4, monkeypatch):
+    monkeypatch.setenv("SPECULA_INT4", "0")
+    loaded = load_model(tiny_q4["Q4_0"], device="cpu", dtype="bfloat16")
+    assert not loaded.plan.int4
+    assert not any(isinstance(m, Int4Linear) for m in loaded.model.modules())
+
+
+@requires_int4
+def test_float32_loads_are_never_packed(tiny_q4):
+    loaded = load_model(tiny_q4["Q4_0"], device="cpu", dtype="float32")
+    assert not loaded.plan.int4
+    assert not any(isinstance(m, Int4Linear) for m in loaded.model.modules())
