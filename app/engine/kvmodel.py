@@ -12,6 +12,9 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from app.engine.quantlinear import Int4Linear
+from app.engine.screen import ScreenedHead, can_screen
+
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
@@ -27,8 +30,17 @@ class KVModel:
     def __init__(self, model: PreTrainedModel, n_ctx: int | None = None) -> None:
         self.model = model
         self.n_ctx = n_ctx or int(getattr(model.config, "max_position_embeddings", 4096))
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        head = model.get_output_embeddings()
+        self.vocab_size = int(head.out_features if isinstance(head, Int4Linear) else head.weight.shape[0])
         self.device = next(model.parameters()).device
+        # An int4 head computes each row on its own at a cost proportional to the rows, so a
+        # verify asks for one row at a time and stops at the first rejected draft (feed_rows).
+        self._rowwise_head = isinstance(head, Int4Linear)
+        self._softcap = getattr(model.config, "final_logit_softcapping", None)
+        # With a bf16 twin of the int4 head (a tied embedding) and no soft cap, greedy verifies
+        # find each position's argmax by screening (app.engine.screen), exactly.
+        table = getattr(model.get_input_embeddings(), "weight", None)
+        self._screen = ScreenedHead(head, table) if self._softcap is None and can_screen(head, table) else None
         self.ids: list[int] = []
         self.cache = self._new_cache()
 
@@ -55,19 +67,75 @@ class KVModel:
         self.cache.crop(-n_remove)  # transformers 5: a negative count of tokens to remove
         del self.ids[n_tokens:]
 
-    @torch.inference_mode()
     def feed(self, new_ids: Sequence[int], n_logits: int = 1) -> torch.Tensor:
         """Append tokens to the cache; return float32 logits [n_logits, V] of the last positions."""
+        return self.feed_rows(new_ids, n_logits).all()
+
+    @torch.inference_mode()
+    def feed_rows(self, new_ids: Sequence[int], n_logits: int = 1) -> "LogitRows":
+        """Append tokens to the cache; the logits of the last n_logits positions, each computed
+        when first asked for where the head runs row by row (an int4 head), else all at once."""
         input_ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
-        out = self.model(
-            input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits
-        )
+        if self._rowwise_head:
+            base = getattr(self.model, self.model.base_model_prefix)
+            out = base(input_ids=input_ids, cache=self.cache, use_cache=True)
+            rows = LogitRows(hidden=out.last_hidden_state[0, -n_logits:], head=self._head, screen=self._screen)
+        else:
+            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+            rows = LogitRows(logits=out.logits[0, -n_logits:].float().cpu())
         self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
         self.ids.extend(int(t) for t in new_ids)
-        return out.logits[0, -n_logits:].float().cpu()
+        return rows
+
+    @torch.inference_mode()
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The CausalLM's own head on hidden rows: the projection, then Gemma's soft cap if any."""
+        logits = self.model.get_output_embeddings()(hidden)
+        if self._softcap is not None:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        return logits.float().cpu()
 
     def sync(self, context: Sequence[int]) -> torch.Tensor:
         """Make the cache hold `context` (reusing the common prefix); return the last logits [V]."""
         keep = min(common_prefix_length(self.ids, context), len(context) - 1)
         self.rewind(keep)
         return self.feed(context[keep:], 1)[0]
+
+
+class LogitRows:
+    """Logits of consecutive positions, given either computed or as hidden states and a head."""
+
+    # Screening costs about two bf16 rows of the head; below this many positions, computing the
+    # int4 rows one by one is cheaper.
+    SCREEN_FROM_ROWS = 3
+
+    def __init__(self, logits: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
+                 head=None, screen: ScreenedHead | None = None) -> None:
+        self._logits, self._hidden, self._head, self._screen = logits, hidden, head, screen
+        self._rows: dict[int, torch.Tensor] = {}
+        self._screened = None
+
+    def __len__(self) -> int:
+        return int((self._logits if self._logits is not None else self._hidden).shape[0])
+
+    def row(self, i: int) -> torch.Tensor:
+        """float32 logits [V] of position i."""
+        if self._logits is not None:
+            return self._logits[i]
+        if i not in self._rows:
+            self._rows[i] = self._head(self._hidden[i : i + 1])[0]
+        return self._rows[i]
+
+    def argmax(self, i: int) -> int:
+        """The greedy token at position i: int(row(i).argmax()), screened where that is cheaper."""
+        if self._logits is None and i not in self._rows and self._screen is not None and len(self) >= self.SCREEN_FROM_ROWS:
+            if self._screened is None:
+                self._screened = self._screen.rows(self._hidden)
+            return self._screened.argmax(i)
+        return int(self.row(i).argmax())
+
+    def all(self) -> torch.Tensor:
+        """float32 logits [n, V]; rows already computed are not computed again."""
+        if self._logits is None:
+            self._logits = torch.stack([self.row(i) for i in range(len(self))])
+        return self._logits

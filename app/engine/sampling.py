@@ -100,11 +100,3 @@ def speculative_accept(
         replacement = sample(residual / total if total > 0 else p[i], generator)
         return i, replacement
     return len(draft), sample(p[len(draft)], generator)
-
-
-def greedy_accept(main_argmax: list[int], draft: list[int]) -> tuple[int, int]:
-    """Temperature 0: accept while the draft equals the main model's argmax."""
-    n = 0
-    while n < len(draft) and draft[n] == main_argmax[n]:
-        n += 1
-    return n, main_argmax[n]

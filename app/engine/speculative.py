@@ -21,7 +21,6 @@ from app.engine.kvmodel import KVModel, common_prefix_length
 from app.engine.sampling import (
     AcceptRule,
     SamplingParams,
-    greedy_accept,
     logits_to_probs,
     make_generator,
     sample,
@@ -117,11 +116,15 @@ def verify(
     fed yet: it becomes the pending token of the following step).
     """
     n_before = len(main.ids)
-    logits = main.feed([pending, *draft.tokens], len(draft) + 1)
+    rows = main.feed_rows([pending, *draft.tokens], len(draft) + 1)
     if sampling.greedy:
-        n_accepted, token = greedy_accept(logits.argmax(-1).tolist(), list(draft.tokens))
+        # Position by position, so that a head computed row by row stops at the first rejection.
+        n_accepted = 0
+        while n_accepted < len(draft) and rows.argmax(n_accepted) == draft.tokens[n_accepted]:
+            n_accepted += 1
+        token = rows.argmax(n_accepted)
     else:
-        p = logits_to_probs(logits, sampling)
+        p = logits_to_probs(rows.all(), sampling)
         n_accepted, token = accept_rule(p, draft.probs, list(draft.tokens), gen)
     main.rewind(n_before + 1 + n_accepted)
     return n_accepted, token
