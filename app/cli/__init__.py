@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.register(sub)
     info.register(sub)
     bench_args.register(sub)
+    bench_args.register_gpu(sub)
     compare.register(sub)
     hub.register(sub)
     sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())

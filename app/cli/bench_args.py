@@ -28,3 +28,22 @@ def register(sub) -> None:
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
     bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     bench.set_defaults(func=_run_bench)
+
+
+def _run_bench_gpu(args: argparse.Namespace) -> int:
+    from app.cli.bench_gpu import cmd_bench_gpu
+
+    return cmd_bench_gpu(args)
+
+
+def register_gpu(sub) -> None:
+    """`specula bench-gpu`: the loop's cost on random-weight Llama-shaped models (no files)."""
+    gpu = sub.add_parser("bench-gpu", help="cost of the speculative loop on random-weight Llama-8B/1B-shaped models")
+    gpu.add_argument("--shapes", default="full", choices=["full", "tiny"], help="full: Llama-3.1-8B main, Llama-3.2-1B draft; tiny: the same structure scaled down (default full)")
+    gpu.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"], help="where to run (default auto: cuda when available)")
+    gpu.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="weight dtype (default bfloat16)")
+    gpu.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per generation (default 64)")
+    gpu.add_argument("--prompt-tokens", type=int, default=128, help="random prompt length (default 128)")
+    gpu.add_argument("--repeats", type=int, default=5, help="timed repeats per verify length, median kept (default 5)")
+    gpu.add_argument("--json", metavar="OUT", help="also write every row as JSON")
+    gpu.set_defaults(func=_run_bench_gpu)
