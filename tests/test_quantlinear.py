@@ -126,3 +126,15 @@ def test_float32_loads_are_never_packed(tiny_q4):
     loaded = load_model(tiny_q4["Q4_0"], device="cpu", dtype="float32")
     assert not loaded.plan.int4
     assert not any(isinstance(m, Int4Linear) for m in loaded.model.modules())
+
+
+@requires_int4
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_the_memory_estimate_follows_what_an_int4_load_holds(demo_path, name):
+    loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
+    held = sum(t.numel() * t.element_size() for t in [*loaded.model.parameters(), *loaded.model.buffers()])
+    estimate = loaded.info.memory_bytes("bfloat16", int4=True)
+    # The estimate also counts the head's screening bound, built on a first verify.
+    assert held <= estimate <= held * 1.1
+    if name == "smollm2-135m":  # all layers Q4_1: well under half of a bf16 copy
+        assert estimate < 0.65 * loaded.info.memory_bytes("bfloat16")

@@ -139,6 +139,19 @@ class TensorInfo:
     offset: int  # relative to the start of the data section
 
 
+# GGUF types whose integers torch's int4 CPU kernel runs directly (app.engine.quantlinear), and
+# how many 4-bit passes each takes; each pass holds 0.5 byte per weight plus a bf16 scale and zero
+# per group of 32 (0.125 byte per weight).
+INT4_PASSES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q5_0": 2, "Q5_1": 2, "Q8_0": 2}
+INT4_GROUP = 32
+_INT4_BYTES_PER_PASS = 0.5 + 4 / INT4_GROUP
+
+
+def int4_packable(ggml_type: str, shape: tuple[int, ...]) -> bool:
+    """A matrix the kernel can run: a supported type, K a multiple of the group, N of 16."""
+    return ggml_type in INT4_PASSES and len(shape) == 2 and shape[1] % INT4_GROUP == 0 and shape[0] % 16 == 0
+
+
 def _dtype_size(dtype: str) -> int:
     name = _DTYPE_ALIASES.get(dtype, dtype)
     if name not in _DTYPE_SIZES:
@@ -181,10 +194,27 @@ class GGUFInfo:
         toks = self.metadata.get("tokenizer.ggml.tokens")
         return toks if isinstance(toks, Sequence) and not isinstance(toks, str) else ()
 
-    def memory_bytes(self, dtype: str = "bfloat16") -> int:
-        """Weights once dequantized to `dtype`. A tied output shares token_embd, so it is counted
-        once simply because the file holds it once."""
-        return self.n_params * _dtype_size(dtype)
+    def memory_bytes(self, dtype: str = "bfloat16", int4: bool = False) -> int:
+        """Weights once loaded at `dtype`. A tied output shares token_embd, so it is counted once
+        simply because the file holds it once. With `int4`, the layers' matrices and the output
+        projection in a packable type stay quantized (a tied embedding keeps its `dtype` table
+        for the input lookup, plus the packed head and its screening bound)."""
+        if not int4:
+            return self.n_params * _dtype_size(dtype)
+        size = _dtype_size(dtype)
+        has_output = any(t.name == "output.weight" for t in self.tensors)
+        total = 0.0
+        for t in self.tensors:
+            is_head = t.name == "output.weight" or (t.name == "token_embd.weight" and not has_output)
+            if not (int4_packable(t.ggml_type, t.shape) and (t.name.startswith("blk.") or is_head)):
+                total += t.n_elements * size
+                continue
+            total += t.n_elements * INT4_PASSES[t.ggml_type] * _INT4_BYTES_PER_PASS
+            if is_head:
+                total += t.n_elements * 4 / INT4_GROUP  # the screening bound, float32 per group
+            if t.name == "token_embd.weight":
+                total += t.n_elements * size  # the lookup table
+        return int(total)
 
     def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
         """KV cache bytes per token of context: keys + values over every layer's KV heads."""

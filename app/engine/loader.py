@@ -75,10 +75,11 @@ def check_supported(info: GGUFInfo) -> None:
 
 
 def estimate_load_bytes(info: GGUFInfo, plan: DevicePlan) -> int:
-    """RAM needed to load: the weights at the plan's dtype plus one float32 tensor in flight
-    (each tensor is dequantized to float32 before it is cast)."""
+    """RAM needed to load: the weights at the plan's dtype (int4 where the plan keeps them
+    quantized) plus one float32 tensor in flight (each tensor is dequantized to float32 before it
+    is cast)."""
     largest = max((t.n_elements for t in info.tensors), default=0) * 4
-    return info.memory_bytes(plan.dtype_name) + largest
+    return info.memory_bytes(plan.dtype_name, int4=plan.int4) + largest
 
 
 def check_memory(info: GGUFInfo, plan: DevicePlan) -> None:
@@ -140,11 +141,12 @@ def load_model(
         plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
     except DeviceError as exc:
         raise DeviceError(f"{path.name}: {exc}") from exc
+    if fastload.can_fast_load(info):
+        plan = replace(plan, int4=_use_int4(info, plan))
     check_memory(info, plan)
     name = path.name
     try:
         if fastload.can_fast_load(info):
-            plan = replace(plan, int4=_use_int4(info, plan))
             # The tokenizer (a second of unpickling for a 262k vocabulary) loads on a thread while
             # the weights load: their torch kernels release the GIL.
             report("building tokenizer", 0.0)

@@ -19,15 +19,17 @@ equals plain decoding in bf16 too, not only "almost always".
 from __future__ import annotations
 
 import logging
-import os
 
 import gguf
 import numpy as np
 import torch
 
+from app.engine.gguf_info import INT4_GROUP, INT4_PASSES, int4_packable
+from app.engine.machine import int4_enabled
+
 log = logging.getLogger(__name__)
 
-GROUP = 32
+GROUP = INT4_GROUP
 PACK_ROWS = 64
 # ggml type -> (bytes per block, levels of u)
 _BLOCKS = {
@@ -35,19 +37,17 @@ _BLOCKS = {
     "Q5_0": (22, 32), "Q5_1": (24, 32),
     "Q8_0": (34, 256),
 }
-PACKABLE_TYPES = frozenset(_BLOCKS)
+assert set(_BLOCKS) == set(INT4_PASSES)
 
 
 def int4_available() -> bool:
     """torch's CPU int4 kernels exist (torch >= 2.6) and the user has not turned them off."""
-    if os.environ.get("SPECULA_INT4", "1").strip().lower() in ("0", "no", "off", "false"):
+    if not int4_enabled():
         return False
     return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
 
 
-def can_pack(ggml_type: str, shape: tuple[int, ...]) -> bool:
-    """The kernel wants K a multiple of the group and N of 16."""
-    return ggml_type in _BLOCKS and len(shape) == 2 and shape[1] % GROUP == 0 and shape[0] % 16 == 0
+can_pack = int4_packable  # the kernel wants K a multiple of the group and N of 16
 
 
 def group_affine(raw: np.ndarray, ggml_type: str) -> tuple[np.ndarray, np.ndarray]:

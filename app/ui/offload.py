@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.machine import int4_enabled
 from app.ui.style import small_muted_label
 
 KV_TOKENS = 4096  # the KV estimate is shown for this many tokens of context
@@ -98,9 +99,11 @@ class OffloadControl(QWidget):
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
         devices = self._devices or {}
         dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
-        weights = info.memory_bytes(dtype)
+        int4 = not gpu_layers and dtype == "bfloat16" and int4_enabled()  # as the loader decides
+        weights = info.memory_bytes(dtype, int4=int4)
         kv = info.kv_bytes_per_token(dtype) * KV_TOKENS
-        text = f"≈ {format_bytes(weights)} weights ({dtype}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
+        kind = f"{dtype} + int4" if int4 else dtype
+        text = f"≈ {format_bytes(weights)} weights ({kind}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
         if gpu_layers and info.n_layers:
             on_gpu = weights * min(gpu_layers, info.n_layers) // info.n_layers
             text += f"; ≈ {format_bytes(on_gpu)} on the GPU"

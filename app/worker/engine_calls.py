@@ -75,10 +75,10 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
 def pair_facts(pair: LoadedPair) -> dict[str, Any]:
     """What the window shows about a loaded pair (plain data for a signal)."""
     main, draft = pair.main, pair.draft
-    memory = main.info.memory_bytes(main.plan.dtype_name)
+    memory = main.info.memory_bytes(main.plan.dtype_name, int4=main.plan.int4)
     load_s = main.load_s
     if draft is not None:
-        memory += draft.info.memory_bytes(draft.plan.dtype_name)
+        memory += draft.info.memory_bytes(draft.plan.dtype_name, int4=draft.plan.int4)
         load_s += draft.load_s
     return {
         "main_name": main.name,
