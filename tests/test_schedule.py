@@ -64,3 +64,18 @@ def test_fixed_is_llama_cpp():
     schedule = FixedDraftLength(16)
     schedule.update(16, 0, 1.0)
     assert schedule.length(100) == 16 and schedule.length(3) == 3
+
+
+def test_a_fully_accepted_short_draft_lets_the_next_one_grow_at_once():
+    # A rejection at position 1 leaves stale evidence there; while one-token drafts keep being
+    # accepted nothing reaches position 1 again, so without growth the length would stay at 1.
+    schedule = AdaptiveDraftLength(16)
+    for _ in range(3):
+        schedule.update(2, 1, 0.010 + 0.001 * 2)
+    assert schedule.length(100) <= 2
+    schedule.update(1, 1, 0.011)
+    assert schedule.length(100) >= 4
+    schedule.update(4, 4, 0.014)
+    assert schedule.length(100) == 16
+    schedule.update(16, 2, 0.026)  # a rejection: back to what the rates say
+    assert schedule.length(100) < 16

@@ -13,7 +13,10 @@ A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product
 rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost a + b * k; the schedule picks the k <= draft_max that maximises E(k) / c(k)
 (the objective of Leviathan et al. 2023, section 3.4, with the cost measured instead of assumed).
 When drafting does not pay it drafts nothing, but still probes with one token every few steps so
-that a copy-heavy stretch of text is noticed. The draft length never changes what is generated,
+that a copy-heavy stretch of text is noticed. A step that had every draft accepted lets the next
+one draft at least four times as many: acceptance comes in runs, and positions beyond a short draft
+get no new evidence, so stale rejections there would otherwise hold the length down for many steps
+of a copied passage. The draft length never changes what is generated,
 only how fast: outputs stay identical to plain decoding.
 """
 
@@ -26,6 +29,7 @@ _TRIAL_DECAY = 0.85  # weight of the previous acceptance counts per drafting ste
 _MIN_EVIDENCE = 0.5  # decayed visits below which a draft position has no rate of its own
 _PROBE_EVERY = 4  # steps between one-token probes while drafting does not pay
 _PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed: start hopeful (0.9), stay off 0 and 1
+_GROWTH = 4  # after a step with every draft accepted, draft at least this many times as many
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
 
 
@@ -62,6 +66,7 @@ class AdaptiveDraftLength:
         self.accepted = [0.0] * draft_max
         self._fit = _DecayedLine()
         self._idle_steps = 0
+        self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
 
     def rates(self) -> list[float]:
         """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
@@ -83,7 +88,10 @@ class AdaptiveDraftLength:
         return self.rates()[0] if self.draft_max else 0.0
 
     def length(self, budget: int) -> int:
-        best = best_length_for(self.rates(), self._fit.relative_slope(), min(self.draft_max, budget))
+        k_max = min(self.draft_max, budget)
+        best = best_length_for(self.rates(), self._fit.relative_slope(), k_max)
+        if self._all_accepted:
+            best = max(best, min(_GROWTH * self._all_accepted, k_max))
         if best == 0 and budget > 0:
             self._idle_steps += 1
             if self._idle_steps >= _PROBE_EVERY:
@@ -95,6 +103,7 @@ class AdaptiveDraftLength:
         self._fit.add(n_drafted, step_s)
         if n_drafted == 0:
             return
+        self._all_accepted = n_drafted if n_accepted >= n_drafted else 0
         for i in range(self.draft_max):  # stale positions drift back towards the prior
             self.reached[i] *= _TRIAL_DECAY
             self.accepted[i] *= _TRIAL_DECAY

@@ -57,17 +57,19 @@ class ScreenedHead:
 
     def __init__(self, head: Int4Linear, table: torch.Tensor) -> None:
         self.head, self.table = head, table
-        self._bound: torch.Tensor | None = None  # E, built on first use (20 MB for 262k tokens)
 
     @torch.inference_mode()
     def rows(self, hidden: torch.Tensor) -> "ScreenedRows":
         """hidden: [M, K] rows fed to the projection (bf16)."""
-        if self._bound is None:
-            self._bound = _group_bound(self.head)
+        # E is built on first use (20 MB for 262k tokens) and kept with the head, so that every
+        # KV cache over the same model shares it.
+        bound = getattr(self.head, "screen_bound", None)
+        if bound is None:
+            bound = self.head.screen_bound = _group_bound(self.head)
         hidden = hidden.to(torch.bfloat16)
         approx = torch.nn.functional.linear(hidden, self.table).float()
         group_sums = hidden.float().abs().reshape(hidden.shape[0], -1, GROUP).sum(-1)  # [M, G]
-        slack = (group_sums @ self._bound.T).mul_(_SAFETY)
+        slack = (group_sums @ bound.T).mul_(_SAFETY)
         slack.add_(approx.abs(), alpha=2 * _BF16_ROUNDING * _SAFETY).add_(1e-6)
         return ScreenedRows(self, hidden, approx, slack)
 
