@@ -8,6 +8,7 @@ import torch
 from app.engine.drafters import ModelDrafter, PromptLookupDrafter
 from app.engine.events import DoneEvent
 from app.engine.sampling import (
+    RowProbs,
     SamplingParams,
     logits_to_probs,
     make_generator,
@@ -152,3 +153,22 @@ def test_speculative_sampling_matches_main_distribution(tiny_loaded, drafter_kin
     assert chi2_pvalue(good, exact) > 1e-3
     broken = second_token_counts(main, prompt, make, accept_rule=always_accept)
     assert chi2_pvalue(broken, exact) < 1e-6
+
+
+def test_row_probs_makes_only_the_rows_a_verify_reads():
+    logits = torch.tensor([[5.0, 0.0, -9.0], [0.0, 5.0, -9.0], [0.0, 0.0, 5.0]])
+    read: list[int] = []
+
+    def row_logits(i: int) -> torch.Tensor:
+        read.append(i)
+        return logits[i]
+
+    params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    lazy = RowProbs(row_logits, 3, params)
+    # Token 2 at position 0 has probability ~1e-6: rejected at once, so rows 1 and 2 are never made.
+    n, _token = speculative_accept(lazy, None, [2, 1], torch.Generator().manual_seed(0))
+    assert n == 0 and read == [0]
+    assert torch.allclose(lazy[0], logits_to_probs(logits[:1], params)[0])
+    assert float(lazy[0, 0]) == float(lazy[0][0]) and read == [0]  # made once
+    with pytest.raises(IndexError):
+        lazy[3]

@@ -64,6 +64,32 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return torch.softmax(tempered, dim=-1)
 
 
+class RowProbs:
+    """Main-model probabilities of consecutive positions, read as p[i] or p[i, token] like a
+    [n, V] tensor, each row made from its logits when first read: a verify reads rows only up to
+    the first rejection, and an int4 head computes a row at a time (app.engine.kvmodel)."""
+
+    def __init__(self, row_logits: Callable[[int], torch.Tensor], n_rows: int, params: SamplingParams) -> None:
+        self._row_logits, self._n, self._params = row_logits, n_rows, params
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _row(self, i: int) -> torch.Tensor:
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        if i not in self._rows:
+            self._rows[i] = logits_to_probs(self._row_logits(i).unsqueeze(0), self._params)[0]
+        return self._rows[i]
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            i, j = key
+            return self._row(int(i))[j]
+        return self._row(int(key))
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
@@ -81,7 +107,8 @@ def speculative_accept(
 ) -> tuple[int, int]:
     """Accept a prefix of `draft` and choose the next token, preserving the distribution p.
 
-    p: [k+1, V] main-model probabilities at each draft position plus the bonus position.
+    p: [k+1, V] main-model probabilities at each draft position plus the bonus position (a
+       tensor, or RowProbs, which makes each row when first read).
     q: [k, V] draft probabilities, or None for a deterministic (one-hot) drafter.
     Returns (number of draft tokens accepted, the token that follows them).
     """

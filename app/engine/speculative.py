@@ -20,6 +20,7 @@ from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, St
 from app.engine.kvmodel import KVModel, common_prefix_length
 from app.engine.sampling import (
     AcceptRule,
+    RowProbs,
     SamplingParams,
     logits_to_probs,
     make_generator,
@@ -124,7 +125,7 @@ def verify(
             n_accepted += 1
         token = rows.argmax(n_accepted)
     else:
-        p = logits_to_probs(rows.all(), sampling)
+        p = RowProbs(rows.row, len(rows), sampling)
         n_accepted, token = accept_rule(p, draft.probs, list(draft.tokens), gen)
     main.rewind(n_before + 1 + n_accepted)
     return n_accepted, token
