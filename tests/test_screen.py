@@ -48,11 +48,13 @@ def test_demo_heads_screen_to_the_int4_argmax_within_the_bound(demo):
 def test_block_logits_are_bit_for_bit_the_whole_rows(demo):
     head = demo.model.get_output_embeddings()
     screen = demo.kv_model()._screen
-    x = _hidden(demo, TEXT)[-1:].to(torch.bfloat16)
+    x = _hidden(demo, TEXT)[-5:].to(torch.bfloat16)
     blocks = torch.tensor([0, 3, head.out_features // 64 - 1])
     index = (blocks[:, None] * 64 + torch.arange(64)).reshape(-1)
     with torch.inference_mode():
-        assert torch.equal(screen.block_logits(x, blocks), head(x).float()[0, index])
+        whole = head(x).float()[:, index]
+        assert torch.equal(screen.block_logits(x, blocks), whole)
+        assert torch.equal(screen.block_logits(x[2:3], blocks)[0], whole[2])  # alone or with others
 
 
 def test_verify_picks_the_same_tokens_screened_or_row_by_row(demo):
@@ -101,3 +103,14 @@ def test_heads_that_cannot_be_screened_are_refused():
     assert not can_screen(head, table)  # 96 rows: not whole 64-row packed blocks
     head, table = _tied_head((np.random.default_rng(1).standard_normal((128, 64)) * 0.02).astype(np.float32))
     assert can_screen(head, table) and not can_screen(head, table.float()) and not can_screen(head, None)
+
+
+def test_a_flat_row_falls_back_to_the_whole_row_and_still_agrees():
+    rows = (np.random.default_rng(3).standard_normal((256, 64)) * 0.02).astype(np.float32)
+    head, table = _tied_head(rows)
+    xs = torch.cat([torch.zeros(1, 64), torch.randn(2, 64)]).to(torch.bfloat16)  # row 0: every logit 0
+    screened = ScreenedHead(head, table).rows(xs)
+    with torch.inference_mode():
+        full = head(xs).float()
+    assert [screened.argmax(i) for i in range(3)] == full.argmax(dim=1).tolist()
+    assert screened._tokens == []  # the union of candidates was everything: no gathering

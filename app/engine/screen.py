@@ -9,8 +9,9 @@ about twice one row, and a tied embedding already has its bf16 table. So a verif
    the int4 kernel's value can be from it, derived from the weights' groups and the input;
 2. keeps as candidates the tokens whose bound reaches the best lower bound: every token that
    could be the int4 argmax is among them;
-3. computes the int4 kernel's exact logits for the 64-row packed blocks holding the candidates,
-   and takes their argmax (the first index on ties, as torch.argmax over the whole row does).
+3. computes the int4 kernel's exact logits for the 64-row packed blocks holding any position's
+   candidates, in one product for all positions, and takes each position's argmax (the first
+   index on ties, as torch.argmax over the whole row does).
 
 The result is the very token one-token int4 decoding would pick, so greedy speculative output
 stays identical to plain decoding. The bound, for a row x and a token n (every term >= 0):
@@ -74,8 +75,8 @@ class ScreenedHead:
         return ScreenedRows(self, hidden, approx, slack)
 
     def block_logits(self, x: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-        """The int4 kernel's logits (float32) of the rows in the given 64-row packed blocks, in
-        block order: bit for bit what the whole projection gives for those rows."""
+        """The int4 kernel's logits (float32 [M, blocks * 64]) of the vocabulary rows in the given
+        64-row packed blocks, in block order: bit for bit what the whole projection gives."""
         y = None
         for i in range(self.head.n_passes):
             # Whole blocks are gathered as contiguous runs (a row-by-row gather of the scales,
@@ -88,25 +89,44 @@ class ScreenedHead:
             scales_zeros = scales_zeros.view(groups, -1, PACK_ROWS * 2).index_select(1, blocks).view(groups, -1, 2)
             part = torch._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros)
             y = part if y is None else y.add_(part)
-        return y[0].float()
+        return y.float()
 
 
 class ScreenedRows:
     def __init__(self, head: ScreenedHead, hidden: torch.Tensor, approx: torch.Tensor, slack: torch.Tensor) -> None:
         self._head, self._hidden, self._approx, self._slack = head, hidden, approx, slack
+        self._tokens: list[int] | None = None
 
     @torch.inference_mode()
     def argmax(self, i: int) -> int:
         """The int4 argmax of row i (the first index of the largest logit)."""
-        approx, slack = self._approx[i], self._slack[i]
-        best_lower = (approx - slack).max()
-        candidates = torch.nonzero(approx + slack >= best_lower).flatten()
+        if self._tokens is None:
+            self._tokens = self._all_rows()
+        if self._tokens:
+            return self._tokens[i]
+        return self._one_row(i)
+
+    def _all_rows(self) -> list[int]:
+        """Every row's argmax from one product over the union of their candidate blocks, or []
+        when that union is too large to be worth gathering (flat distributions)."""
+        best_lower = (self._approx - self._slack).max(dim=1, keepdim=True).values
+        candidates = torch.nonzero(self._approx + self._slack >= best_lower)[:, 1]
         blocks = torch.unique(candidates // PACK_ROWS)  # sorted: vocabulary order is kept
+        if not self._worth_gathering(blocks):
+            return []
+        # Extra candidates from other rows do no harm: each row's winner is among them, exact.
+        best = self._head.block_logits(self._hidden, blocks).argmax(dim=1)
+        return (blocks[best // PACK_ROWS] * PACK_ROWS + best % PACK_ROWS).tolist()
+
+    def _one_row(self, i: int) -> int:
+        approx, slack = self._approx[i], self._slack[i]
+        candidates = torch.nonzero(approx + slack >= (approx - slack).max()).flatten()
+        blocks = torch.unique(candidates // PACK_ROWS)
         x = self._hidden[i : i + 1]
-        if 2 * len(blocks) * PACK_ROWS > self._head.head.out_features:
-            # A flat distribution leaves too many candidates to gather: the whole row is cheaper.
-            with torch.inference_mode():
-                return int(self._head.head(x)[0].float().argmax())
-        exact = self._head.block_logits(x, blocks)
-        j = int(exact.argmax())
-        return int(blocks[j // PACK_ROWS]) * PACK_ROWS + j % PACK_ROWS
+        if not self._worth_gathering(blocks):
+            return int(self._head.head(x)[0].float().argmax())  # the whole row is cheaper
+        best = int(self._head.block_logits(x, blocks)[0].argmax())
+        return int(blocks[best // PACK_ROWS]) * PACK_ROWS + best % PACK_ROWS
+
+    def _worth_gathering(self, blocks: torch.Tensor) -> bool:
+        return 2 * len(blocks) * PACK_ROWS <= self._head.head.out_features
