@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -134,3 +136,30 @@ def test_demo_models_fast_equals_transformers(demo_path, key):
     for text in SAMPLES:
         assert ours.encode(text) == reference.encode(text)
     assert ours.chat_template == reference.chat_template
+
+
+_PEAK_SCRIPT = """
+import gc, resource, sys
+from app.engine.loader import load_model
+def rss():
+    return int(open('/proc/self/statm').read().split()[1]) * 4096
+gc.collect()
+base = rss()
+loaded = load_model(sys.argv[1], device='cpu', dtype='bfloat16')
+after = rss()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(loaded.plan.int4, base, after, peak)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("key", ["smollm2-135m", "gemma3-270m"])
+def test_loading_peaks_at_most_one_and_a_half_times_the_loaded_model(demo_path, key):
+    # A fresh process, so that the peak is this load's; the tokenizer cache is made warm first
+    # (the second load is what the target is about).
+    fastload.load_tokenizer(read_gguf_info(demo_path(key)))
+    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(demo_path(key))],
+                         capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    int4, base, after, peak = out[0] == "True", *map(int, out[1:])
+    assert int4
+    assert peak - base <= 1.5 * (after - base), (base, after, peak)

@@ -41,7 +41,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, 
 
 from app.engine import quantlinear
 from app.engine.errors import LoadCancelled, ModelFileError
-from app.engine.gguf_info import GGUFInfo
+from app.engine.gguf_info import INT4_PASSES, GGUFInfo
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ _MODEL_TYPE = {"gemma3": "gemma3_text"}  # GGUF holds only Gemma 3's text model
 # rewrites them, so they can be filled a block of rows at a time.
 _ROW_CHUNKED = frozenset({"token_embd.weight", "output.weight"})
 _CHUNK_ELEMENTS = 1 << 24
+_PACK_CHUNK_ELEMENTS = 1 << 22  # packing makes several temporaries per element: smaller blocks
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 ProgressCallback = Callable[[str, float], None]
@@ -206,14 +207,20 @@ def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
         return False
     rows, k = tensor.shape
     row_bytes = tensor.n_bytes // rows
-    step = max(quantlinear.PACK_ROWS, _CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
-    chunks = []
+    step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
+    # Written block by block into the final tensors: the kernel packs each 64 rows on their own,
+    # and holding the blocks to join them would double the head in memory while loading.
+    passes = [(torch.empty(rows, k // 2, dtype=torch.uint8),
+               torch.empty(k // quantlinear.GROUP, rows, 2, dtype=torch.bfloat16))
+              for _ in range(INT4_PASSES[tensor.ggml_type])]
     with open(info.path, "rb") as handle:
         for first in range(0, rows, step):
             n = min(step, rows - first)
             raw = _read(handle, info, tensor.offset + first * row_bytes, n * row_bytes)
-            chunks.append(quantlinear.pack_passes(raw, tensor.ggml_type, (n, k)))
-    model.set_output_embeddings(quantlinear.Int4Linear(quantlinear.concat_passes(chunks), rows, k, None))
+            for (packed, scales_zeros), (block, block_scales) in zip(passes, quantlinear.pack_passes(raw, tensor.ggml_type, (n, k))):
+                packed[first : first + n].copy_(block)
+                scales_zeros[:, first : first + n].copy_(block_scales)
+    model.set_output_embeddings(quantlinear.Int4Linear(passes, rows, k, None))
     return True
 
 

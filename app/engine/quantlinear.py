@@ -185,13 +185,6 @@ def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
     return [_pack(high, 16 * s, torch.zeros_like(s)), _pack(low, s, o + 8 * s + 16 * (8 - c) * s)]
 
 
-def concat_passes(chunks: list[Passes]) -> Passes:
-    """Join the passes of consecutive blocks of rows. The kernel packs 64 rows together, so every
-    block but the last must have a multiple of PACK_ROWS rows."""
-    return [(torch.cat([c[i][0] for c in chunks]), torch.cat([c[i][1] for c in chunks], dim=1))
-            for i in range(len(chunks[0]))]
-
-
 def pack_linear(raw: np.ndarray, ggml_type: str, shape: tuple[int, int], row_order: np.ndarray | None = None,
                 bias: torch.nn.Parameter | None = None) -> Int4Linear:
     """An Int4Linear of the matrix stored in `raw` (see pack_passes)."""
