@@ -139,16 +139,15 @@ def test_demo_models_fast_equals_transformers(demo_path, key):
 
 
 _PEAK_SCRIPT = """
-import gc, resource, sys
+import gc, sys
 from app.engine.loader import load_model
-def rss():
-    return int(open('/proc/self/statm').read().split()[1]) * 4096
+def status(key):  # VmHWM, not ru_maxrss: the latter keeps the parent's peak across exec
+    line = next(l for l in open('/proc/self/status') if l.startswith(key + ':'))
+    return int(line.split()[1]) * 1024
 gc.collect()
-base = rss()
+base = status('VmRSS')
 loaded = load_model(sys.argv[1], device='cpu', dtype='bfloat16')
-after = rss()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(loaded.plan.int4, base, after, peak)
+print(loaded.plan.int4, base, status('VmRSS'), status('VmHWM'))
 """
 
 
