@@ -2,7 +2,9 @@
 when llama-cpp-python is installed, llama.cpp on the same file.
 
 Prints a table of tokens/s (generated tokens over wall time, prompt included, the same clock for
-every row), speedup over no draft, acceptance rate, and whether the output equals the baseline.
+every row), the decode rate alone (tokens after the first over the time after the first, where
+the peer can report it), speedup over no draft, acceptance rate, and whether the output equals
+the baseline.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class BenchRow:
     n_predicted: int
     seconds: float
     tokens_per_s: float
+    decode_tps: float | None  # after the first token: the prompt pass excluded
     speedup: float
     accept_rate: float | None
     mean_accepted: float | None
@@ -100,7 +103,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 baseline_tokens, baseline_s = tokens, seconds
             rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s,
                              summary.accept_rate if name != NONE else None,
-                             summary.mean_accepted_length if name != NONE else None))
+                             summary.mean_accepted_length if name != NONE else None, summary.decode_tps))
         if not args.no_hf:
             peers = {"hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
             if draft_model is not None:
@@ -110,8 +113,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
         if llama is not None:
             for name in llama.models:
-                tokens, seconds = llama.run(name, ids, args.n_predict)
-                rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
+                tokens, seconds, decode_tps = llama.run(name, ids, args.n_predict)
+                rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None, decode_tps))
     print(format_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
@@ -145,19 +148,22 @@ def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
             yield f"{name} fixed {k}", drafter, fixed
 
 
-def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc) -> BenchRow:
+def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc,
+         decode_tps: float | None = None) -> BenchRow:
     tps = len(tokens) / seconds if seconds > 0 else 0.0
     base_tps = len(baseline_tokens) / baseline_s if baseline_s else 0.0
-    return BenchRow(prompt, config, len(tokens), seconds, tps, tps / base_tps if base_tps else 0.0,
+    return BenchRow(prompt, config, len(tokens), seconds, tps, decode_tps, tps / base_tps if base_tps else 0.0,
                     accept, mean_acc, tokens == baseline_tokens)
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    header = f"{'prompt':<14} {'config':<22} {'tokens':>6} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'acc/step':>8}  identical"
+    header = (f"{'prompt':<14} {'config':<22} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
+              f"{'accept':>7} {'acc/step':>8}  identical")
     lines = [header, "-" * len(header)]
     for r in rows:
         accept = f"{100 * r.accept_rate:6.1f}%" if r.accept_rate is not None else f"{'-':>7}"
         mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
-        lines.append(f"{r.prompt:<14} {r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} "
+        decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
+        lines.append(f"{r.prompt:<14} {r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
                      f"{r.speedup:>7.2f}x {accept} {mean}  {'yes' if r.identical else 'NO'}")
     return "\n".join(lines)

@@ -32,19 +32,25 @@ class LlamaCppPeer:
             "llama.cpp lookup": Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens)),
         }
 
-    def run(self, name: str, ids: list[int], n: int) -> tuple[list[int], float]:
-        """Greedy tokens after `ids` (stopping at EOS or n) and the wall time it took."""
+    def run(self, name: str, ids: list[int], n: int) -> tuple[list[int], float, float | None]:
+        """Greedy tokens after `ids` (stopping at EOS or n), the wall time it took, and the decode
+        rate after the first token (None with fewer than two tokens), as our summary counts it."""
         llm = self.models[name]
         stop = self.stop_ids | {llm.token_eos()}
         tokens: list[int] = []
         started = time.monotonic()
+        first = None
         for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            if first is None:
+                first = time.monotonic()
             if token in stop:
                 break
             tokens.append(int(token))
             if len(tokens) >= n:
                 break
-        return tokens, time.monotonic() - started
+        ended = time.monotonic()
+        decode_tps = (len(tokens) - 1) / (ended - first) if first is not None and len(tokens) > 1 and ended > first else None
+        return tokens, ended - started, decode_tps
 
     def warm_up(self, ids: list[int]) -> None:
         for name in self.models:
