@@ -147,3 +147,23 @@ def test_our_packing_writes_torchs_own_int4_layout(shape):
     q = torch.randint(0, 16, shape, generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
     assert quantlinear._layout_is_known()
     assert torch.equal(quantlinear._pack_blocks(q), torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+
+
+@requires_int4
+def test_the_no_int4_choice_dequantizes_every_weight(tiny_q4):
+    loaded = load_model(tiny_q4["Q4_0"], device="cpu", dtype="bfloat16", int4=False)
+    assert not loaded.plan.int4 and "int4" not in loaded.plan.describe()
+    assert not any(isinstance(m, Int4Linear) for m in loaded.model.modules())
+
+
+@requires_int4
+def test_bench_measures_both_weight_forms_in_one_run(tiny_q4, capsys):
+    from app.cli import main
+
+    code = main(["bench", "-m", str(tiny_q4["Q5_0"]), "--dtype", "bfloat16", "-n", "8", "--prompts", "chat",
+                 "--no-hf", "--no-llama-cpp", "--both-weights"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "int4 weights" in out.splitlines()[0] and "[dequant]" in out.splitlines()[0]
+    configs = [line[15:37].strip() for line in out.splitlines() if line.startswith("chat ")]
+    assert configs == ["none", "lookup", "none [dequant]", "lookup [dequant]"]

@@ -82,28 +82,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
         drafter = load_drafter(args, main)
         drafters[drafter.name] = drafter
         draft_model = drafter.draft.model
+    # (row suffix, main model, its drafters): with --both-weights, the same file once more with
+    # every weight dequantized, so that both forms are measured in one run.
+    forms = [("", main, drafters)]
+    if args.both_weights and main.plan.int4:
+        dequantized = load_main(argparse.Namespace(**{**vars(args), "no_int4": True}))
+        forms.append((" [dequant]", dequantized, {**drafters, NONE: make_drafter(dequantized, NONE),
+                                                   LOOKUP: make_drafter(dequantized, LOOKUP)}))
     print(f"# {main.name} on {main.plan.describe()}, greedy, n={args.n_predict}, draft-max={args.draft_max} "
           f"({'fixed' if args.draft_fixed else 'adaptive'}), "
-          f"torch threads={torch.get_num_threads()}")
+          f"torch threads={torch.get_num_threads()}"
+          + ("; rows marked [dequant]: every weight dequantized to bf16" if len(forms) > 1 else ""))
     # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
     # drafter once on a short reply before timing anything.
     warm = DecodeSettings(**{**settings.__dict__, "max_new_tokens": 24})
-    for drafter in drafters.values():
-        _ours(main, drafter, _prompt_ids(main, PROMPTS["code-rewrite"]), warm)
+    for _, form_main, form_drafters in forms:
+        for drafter in form_drafters.values():
+            _ours(form_main, drafter, _prompt_ids(form_main, PROMPTS["code-rewrite"]), warm)
     llama = _llama_cpp_peer(main, args)
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
         if category not in PROMPTS:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
         ids = _prompt_ids(main, PROMPTS[category])
-        baseline_tokens, baseline_s = None, None
-        for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep):
-            tokens, seconds, summary = _ours(main, drafter, ids, run_settings)
-            if baseline_tokens is None:
-                baseline_tokens, baseline_s = tokens, seconds
-            rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s,
-                             summary.accept_rate if name != NONE else None,
-                             summary.mean_accepted_length if name != NONE else None, summary.decode_tps))
+        first_baseline = None
+        for suffix, form_main, form_drafters in forms:
+            baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
+            for name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
+                tokens, seconds, summary = _ours(form_main, drafter, ids, run_settings)
+                if baseline_tokens is None:
+                    baseline_tokens, baseline_s = tokens, seconds
+                rows.append(_row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
+                                 summary.accept_rate if name != NONE else None,
+                                 summary.mean_accepted_length if name != NONE else None, summary.decode_tps))
+            first_baseline = first_baseline or (baseline_tokens, baseline_s)
+        baseline_tokens, baseline_s = first_baseline
         if not args.no_hf:
             peers = {"hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
             if draft_model is not None:

@@ -26,6 +26,7 @@ def register(sub) -> None:
     bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate() rows")
     bench.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows (shown when llama-cpp-python is installed)")
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
+    bench.add_argument("--both-weights", action="store_true", help="also run every configuration with the weights dequantized (as --no-int4), in the same run")
     bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     bench.set_defaults(func=_run_bench)
 

@@ -67,7 +67,8 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
     from app.engine.loader import load_model
 
     return load_model(
-        resolve_model_arg(args.model), device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers
+        resolve_model_arg(args.model), device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
+        int4=not getattr(args, "no_int4", False),
     )
 
 
@@ -77,7 +78,7 @@ def load_drafter(args: argparse.Namespace, main: LoadedModel):
     if getattr(args, "model_draft", None):
         draft = load_draft(
             main, resolve_model_arg(args.model_draft), device=args.device, dtype=args.dtype,
-            n_gpu_layers=args.n_gpu_layers_draft,
+            n_gpu_layers=args.n_gpu_layers_draft, int4=not getattr(args, "no_int4", False),
         )
         return make_drafter(main, draft=draft, draft_ctx=args.ctx_size_draft or args.ctx_size or None)
     return make_drafter(main, LOOKUP if getattr(args, "lookup", False) else NONE)

@@ -105,7 +105,7 @@ class Runner:
     def _load_main(self) -> LoadedModel:
         r = self.request
         return load_model(
-            r.main_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers, cancel=self.cancelled,
+            r.main_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers, int4=r.int4, cancel=self.cancelled,
             progress=lambda stage, fraction: self._progress(f"main model: {stage} {fraction:.0%}"),
         )
 
@@ -152,7 +152,7 @@ class Runner:
         r = self.request
         return load_draft(
             main, config.draft_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers_draft,
-            cancel=self.cancelled,
+            int4=r.int4, cancel=self.cancelled,
             progress=lambda stage, fraction: self._progress(f"draft {config.label}: {stage} {fraction:.0%}"),
         )
 

@@ -129,8 +129,10 @@ def load_model(
     n_gpu_layers: int | None = None,
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
+    int4: bool = True,
 ) -> LoadedModel:
-    """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages."""
+    """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
+    int4=False dequantizes every weight to the dtype even where the int4 kernel could run it."""
     path = Path(path)
     started = time.monotonic()
     report = progress or (lambda stage, fraction: None)
@@ -141,7 +143,7 @@ def load_model(
         plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
     except DeviceError as exc:
         raise DeviceError(f"{path.name}: {exc}") from exc
-    if fastload.can_fast_load(info):
+    if int4 and fastload.can_fast_load(info):
         plan = replace(plan, int4=_use_int4(info, plan))
     check_memory(info, plan)
     name = path.name
