@@ -203,3 +203,25 @@ def test_models_in_the_hugging_face_cache_are_in_the_library(qtbot, data_dir, ti
     assert window.picker.select_main(cached[0].path)
     row = [e.path for e in window.library.entries()].index(cached[0].path)
     assert window.library.tree.topLevelItem(row).text(1) == "HF cache"
+
+
+def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, tiny_paths):
+    window = open_window(qtbot)
+    picker, offload = window.picker, window.picker.main_offload
+    qtbot.waitUntil(lambda: offload._devices is not None, timeout=60_000)
+    assert picker.select_main(str(builtin_path("smollm2-135m"))) and picker.select_draft(LOOKUP)
+    assert picker.int4_check.isChecked() and picker.spec().int4
+    cpu_bf16 = not offload.has_gpu() and (offload._devices or {}).get("cpu_dtype") == "bfloat16"
+    if cpu_bf16:  # where the loader would pack: the estimate says so, and shrinks
+        assert "bfloat16 + int4" in offload.detail.text()
+    packed_text = offload.detail.text()
+    shot(window, "int4-checked")
+    picker.int4_check.setChecked(False)
+    assert not picker.spec().int4 and "int4" not in offload.detail.text()
+    if cpu_bf16:
+        assert offload.detail.text() != packed_text
+    # Loaded unchecked, the model really holds dequantized weights.
+    qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=120_000)
+    assert "int4" not in window.loaded_facts["main_plan"]
+    shot(window, "int4-unchecked-loaded")

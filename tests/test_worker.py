@@ -219,3 +219,15 @@ def write_foreign_vocab_model(path):
         return tiny.write_tiny_gguf(path, tiny.TinySpec(arch="llama", seed=9))
     finally:
         tiny.tiny_vocab = original
+
+
+def test_the_pair_spec_chooses_int4_or_dequantized_weights(qtbot, host, tiny_paths):
+    from app.engine import quantlinear
+
+    if not quantlinear.int4_available():
+        pytest.skip("this torch has no CPU int4 kernel")
+    path = str(tiny_paths["llama-q8"])  # Q8_0: packable as two 4-bit halves
+    packed = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16"))
+    assert packed["main_plan"].endswith("int4 weights")
+    plain = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16", int4=False))
+    assert plain["main_plan"] == "CPU, bfloat16"

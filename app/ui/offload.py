@@ -22,6 +22,7 @@ class OffloadControl(QWidget):
         super().__init__(parent)
         self._info: GGUFInfo | None = None
         self._devices: dict[str, Any] | None = None
+        self._int4 = True  # the pair picker's "keep weights quantized" choice
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setToolTip(
             "Layers computed on the GPU (llama.cpp's -ngl). At the right end all layers are on "
@@ -69,6 +70,10 @@ class OffloadControl(QWidget):
         """What the loader gets as n_gpu_layers: 0 without a GPU, else the slider's value."""
         return self.slider.value() if self.has_gpu() else 0
 
+    def set_int4(self, keep_quantized: bool) -> None:
+        self._int4 = keep_quantized
+        self._update()
+
     def set_gpu_layers(self, value: int | None) -> None:
         if value is not None:
             self.slider.setValue(max(0, min(int(value), self.slider.maximum())))
@@ -99,7 +104,7 @@ class OffloadControl(QWidget):
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
         devices = self._devices or {}
         dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
-        int4 = not gpu_layers and dtype == "bfloat16" and int4_enabled()  # as the loader decides
+        int4 = self._int4 and not gpu_layers and dtype == "bfloat16" and int4_enabled()  # as the loader decides
         weights = info.memory_bytes(dtype, int4=int4)
         kv = info.kv_bytes_per_token(dtype) * KV_TOKENS
         kind = f"{dtype} + int4" if int4 else dtype

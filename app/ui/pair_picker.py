@@ -12,6 +12,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QGroupBox,
     QHBoxLayout,
@@ -54,6 +55,15 @@ class PairPicker(QWidget):
         self.main_combo.currentIndexChanged.connect(self._on_main_changed)
         self.main_facts = _small_label()
         self.main_offload = OffloadControl()
+        self.int4_check = QCheckBox("Keep weights quantized (int4)")
+        self.int4_check.setChecked(True)
+        self.int4_check.setToolTip(
+            "On the CPU in bf16, Q4/Q5/Q8 weights stay as the file stores them and run on torch's "
+            "int4 kernel: about a third of the memory and about twice the speed without drafts. "
+            "Unchecked, every weight is dequantized to bf16, which verifies long drafts (prompt "
+            "lookup on repetitive text) more cheaply. Either way the reply is the model's own."
+        )
+        self.int4_check.toggled.connect(self._on_int4_toggled)
 
         self.draft_combo = _combo()
         self.draft_combo.setToolTip(
@@ -79,7 +89,7 @@ class PairPicker(QWidget):
 
         main_box = QGroupBox("Main model")
         main_layout = QVBoxLayout(main_box)
-        for widget in (self.main_combo, self.main_facts, self.main_offload):
+        for widget in (self.main_combo, self.main_facts, self.main_offload, self.int4_check):
             main_layout.addWidget(widget)
         draft_box = QGroupBox("Draft")
         draft_layout = QVBoxLayout(draft_box)
@@ -162,6 +172,11 @@ class PairPicker(QWidget):
         return [(model.item(r).text(), model.item(r).isEnabled(), model.item(r).toolTip())
                 for r in range(self.draft_combo.count())]
 
+    def _on_int4_toggled(self, checked: bool) -> None:
+        self.main_offload.set_int4(checked)
+        self.draft_offload.set_int4(checked)
+        self.selectionChanged.emit()
+
     def spec(self) -> PairSpec | None:
         main = self.main_entry()
         if main is None:
@@ -173,13 +188,15 @@ class PairPicker(QWidget):
             draft_path=draft_path if kind == MODEL else None,
             main_gpu_layers=self.main_offload.gpu_layers(),
             draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
+            int4=self.int4_check.isChecked(),
         )
 
     # --- loading state ------------------------------------------------------------------------
 
     def set_loading(self, loading: bool) -> None:
         self._loading = loading
-        for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload, self.load_button):
+        for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload, self.int4_check,
+                       self.load_button):
             widget.setEnabled(not loading)
         self.cancel_button.setEnabled(loading)
         if loading:

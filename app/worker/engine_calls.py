@@ -57,13 +57,13 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
         # Refuse an incompatible pair before spending time on the main model.
         check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
     main = load_model(
-        spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, cancel=cancel,
+        spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, int4=spec.int4, cancel=cancel,
         progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
     )
     draft = None
     if spec.drafter == MODEL:
         draft = load_model(
-            spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, cancel=cancel,
+            spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, int4=spec.int4, cancel=cancel,
             progress=lambda stage, frac: progress(f"draft model: {stage}", main_share + frac * (1 - main_share)),
         )
     progress("ready", 1.0)
