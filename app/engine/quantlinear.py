@@ -11,9 +11,10 @@ Q5_1: 32; Q8_0: 256) are split as u = 16*h + l into two 4-bit matrices whose pro
 added: still the file's weights, read at one byte each. Scales and zeros are held in bf16 by the
 kernel, as a bf16 copy of the weights would round them.
 
-The kernel computes each input row on its own, so a k+1 token verify gives the same per-position
-logits as one-token decoding (tests/test_quantlinear.py checks it): greedy speculative output then
-equals plain decoding in bf16 too, not only "almost always".
+The kernel computes each input row on its own, so in these layers a k+1 token verify gives each
+position the same bits as one-token decoding (tests/test_quantlinear.py checks it). Attention and
+matrices left in bf16 still round a little differently for several positions at once, so in bf16
+greedy identity with plain decoding remains "almost always" (exact in float32).
 """
 
 from __future__ import annotations

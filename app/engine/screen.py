@@ -13,8 +13,8 @@ about twice one row, and a tied embedding already has its bf16 table. So a verif
    candidates, in one product for all positions, and takes each position's argmax (the first
    index on ties, as torch.argmax over the whole row does).
 
-The result is the very token one-token int4 decoding would pick, so greedy speculative output
-stays identical to plain decoding. The bound, for a row x and a token n (every term >= 0):
+The result is the very token the int4 head gives that hidden state alone, as in one-token
+decoding: screening never changes a greedy token. The bound, for a row x and a token n (every term >= 0):
 |int4 - bf16| <= sum over groups g of |x|_g * E[n, g] + 2^-8 |bf16 logit| (both outputs rounded to
 bf16), where E[n, g] covers the bf16 rounding of the table's weights, of the kernel's scales and
 zeros, of its two partial products, and float32 accumulation over K terms; see `_group_bound`.
