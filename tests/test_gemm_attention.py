@@ -25,11 +25,11 @@ def _inputs(n_heads, n_kv, n_queries, n_keys, dim, dtype, seed=0):
 
 
 @pytest.mark.parametrize("n_heads, n_kv, n_queries, n_keys, dim", [
-    (4, 1, 1, 40, 256),    # Gemma 3 270M, decoding
-    (4, 1, 9, 120, 256),   # Gemma 3 270M, verifying 8 drafts
-    (9, 3, 1, 57, 64),     # SmolLM2, decoding
-    (9, 3, 17, 80, 64),    # SmolLM2, verifying 16 drafts
-    (8, 8, 5, 5, 32),      # no cache yet, no grouping
+    (4, 1, 1, 140, 256),   # Gemma 3 270M, decoding
+    (4, 1, 9, 300, 256),   # Gemma 3 270M, verifying 8 drafts
+    (9, 3, 1, 157, 64),    # SmolLM2, decoding
+    (9, 3, 17, 180, 64),   # SmolLM2, verifying 16 drafts
+    (8, 8, 5, 128, 32),    # no grouping
 ])
 def test_matches_sdpa_causal_and_grouped(n_heads, n_kv, n_queries, n_keys, dim):
     q, k, v = _inputs(n_heads, n_kv, n_queries, n_keys, dim, torch.float32)
@@ -43,17 +43,18 @@ def test_matches_sdpa_causal_and_grouped(n_heads, n_kv, n_queries, n_keys, dim):
 
 
 def test_an_explicit_mask_hides_what_it_hides():
-    q, k, v = _inputs(4, 1, 3, 30, 16, torch.float32, seed=1)
-    window = torch.zeros(1, 1, 3, 30, dtype=torch.bool)
+    q, k, v = _inputs(4, 1, 3, 130, 16, torch.float32, seed=1)
+    window = torch.zeros(1, 1, 3, 130, dtype=torch.bool)
     for row in range(3):  # a sliding window over the end-aligned causal mask: old keys hidden
-        window[..., row, 10 + row : 28 + row] = True
+        window[..., row, 10 + row : 128 + row] = True
     ours, _ = gemm_attention(_Layer(), q, k, v, window, scaling=0.25)
-    expected, _ = sdpa_attention_forward(_Layer(), q, k.expand(1, 4, 30, 16), v.expand(1, 4, 30, 16), window, scaling=0.25)
+    expected, _ = sdpa_attention_forward(_Layer(), q, k.expand(1, 4, 130, 16), v.expand(1, 4, 130, 16), window, scaling=0.25)
     assert torch.allclose(ours, expected, atol=1e-5)
 
 
-def test_long_inputs_go_to_sdpa_unchanged():
-    q, k, v = _inputs(4, 2, 40, 40, 16, torch.float32, seed=2)
+@pytest.mark.parametrize("n_queries, n_keys", [(40, 40), (1, 60)])  # a prompt; a short context
+def test_prompts_and_short_contexts_go_to_sdpa_unchanged(n_queries, n_keys):
+    q, k, v = _inputs(4, 2, n_queries, n_keys, 16, torch.float32, seed=2)
     ours, _ = gemm_attention(_Layer(2), q, k, v, None, scaling=0.25)
     expected, _ = sdpa_attention_forward(_Layer(2), q, k, v, None, scaling=0.25)
     assert torch.equal(ours, expected)
