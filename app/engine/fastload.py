@@ -288,7 +288,7 @@ def build_model(info: GGUFInfo, dtype: torch.dtype, progress: ProgressCallback |
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     int4 = int4 and dtype == torch.bfloat16
     load_weights(model, info, config_dict(info), progress, cancel, int4=int4)
-    if int4 and os.environ.get("SPECULA_INT4_HEAD", "1") != "0":
+    if int4:
         pack_head(model, info)
     release_freed_memory()  # the float32 tensors each weight passed through
     return model.eval()
