@@ -144,8 +144,9 @@ def test_the_memory_estimate_follows_what_an_int4_load_holds(demo_path, name):
 @requires_int4
 @pytest.mark.parametrize("shape", [(64, 32), (256, 128), (128, 1536)])
 def test_our_packing_writes_torchs_own_int4_layout(shape):
+    if not quantlinear.layout_is_known():
+        pytest.skip("this torch packs another layout on this CPU: its converter is used instead")
     q = torch.randint(0, 16, shape, generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
-    assert quantlinear._layout_is_known()
     assert torch.equal(quantlinear._pack_blocks(q), torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
 
 

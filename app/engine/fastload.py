@@ -208,6 +208,8 @@ def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
     rows, k = tensor.shape
     row_bytes = tensor.n_bytes // rows
     step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
+    if not quantlinear.layout_is_known():
+        step = rows  # an unknown layout may not keep blocks of 64 rows apart: pack in one go
     # Written block by block into the final tensors: the kernel packs each 64 rows on their own,
     # and holding the blocks to join them would double the head in memory while loading.
     passes = [(torch.empty(rows, k // 2, dtype=torch.uint8),

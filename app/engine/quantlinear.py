@@ -137,7 +137,7 @@ def _pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[tor
     """q [N, K] in 0..15 (uint8), scale and zero [N, K/32] -> the kernel's packed weight and
     [K/32, N, 2]."""
     scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
-    if q.shape[0] % PACK_ROWS == 0 and _layout_is_known():
+    if q.shape[0] % PACK_ROWS == 0 and layout_is_known():
         return _pack_blocks(q), scales_zeros
     return torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1), scales_zeros
 
@@ -152,7 +152,7 @@ def _pack_blocks(q: torch.Tensor) -> torch.Tensor:
 
 
 @functools.cache
-def _layout_is_known() -> bool:
+def layout_is_known() -> bool:
     """Checked once per process against torch's own converter, so that a torch with another
     layout falls back to the converter instead of computing with scrambled weights."""
     q = torch.randint(0, 16, (2 * PACK_ROWS, 2 * GROUP), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)

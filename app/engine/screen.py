@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.quantlinear import GROUP, PACK_ROWS, Int4Linear
+from app.engine.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known
 
 _SAFETY = 1.25
 _BF16_ROUNDING = 2.0**-9  # relative, round to nearest
@@ -33,7 +33,8 @@ _F32_EPS = 2.0**-24
 
 
 def can_screen(head: torch.nn.Module, table: torch.Tensor | None) -> bool:
-    return (isinstance(head, Int4Linear) and table is not None and table.dtype == torch.bfloat16
+    """Gathering whole packed blocks needs torch's 64-row layout (checked once per process)."""
+    return (isinstance(head, Int4Linear) and layout_is_known() and table is not None and table.dtype == torch.bfloat16
             and tuple(table.shape) == (head.out_features, head.in_features)
             and head.out_features % PACK_ROWS == 0 and head.bias is None)
 
