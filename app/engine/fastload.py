@@ -41,7 +41,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, 
 
 from app.engine import quantlinear
 from app.engine.errors import LoadCancelled, ModelFileError
-from app.engine.gguf_info import INT4_PASSES, GGUFInfo
+from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _pack_into(model: torch.nn.Module, hf_name: str | None, raw: np.ndarray, ten
     """Replace the decoder-layer linear that owns `hf_name` by an Int4Linear of the file's
     integers; False (the caller then fills the bf16 weight) when the tensor does not qualify."""
     module_name, _, leaf = (hf_name or "").rpartition(".")
-    if leaf != "weight" or ".layers." not in f".{module_name}" or not quantlinear.can_pack(tensor.ggml_type, tensor.shape):
+    if leaf != "weight" or ".layers." not in f".{module_name}" or not int4_packable(tensor.ggml_type, tensor.shape):
         return False
     linear = model.get_submodule(module_name)
     if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
@@ -203,10 +203,9 @@ def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
     tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
     if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
         return False
-    if tuple(head.weight.shape) != tuple(tensor.shape) or not quantlinear.can_pack(tensor.ggml_type, tensor.shape):
+    if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape):
         return False
     rows, k = tensor.shape
-    row_bytes = tensor.n_bytes // rows
     step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
     if not quantlinear.layout_is_known():
         step = rows  # an unknown layout may not keep blocks of 64 rows apart: pack in one go
@@ -216,9 +215,7 @@ def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
                torch.empty(k // quantlinear.GROUP, rows, 2, dtype=torch.bfloat16))
               for _ in range(INT4_PASSES[tensor.ggml_type])]
     with open(info.path, "rb") as handle:
-        for first in range(0, rows, step):
-            n = min(step, rows - first)
-            raw = _read(handle, info, tensor.offset + first * row_bytes, n * row_bytes)
+        for first, n, raw in _row_blocks(handle, info, tensor, step):
             for (packed, scales_zeros), (block, block_scales) in zip(passes, quantlinear.pack_passes(raw, tensor.ggml_type, (n, k))):
                 packed[first : first + n].copy_(block)
                 scales_zeros[:, first : first + n].copy_(block_scales)
@@ -260,14 +257,19 @@ def _copy_rows(target: torch.Tensor, handle: BinaryIO, tensor, info: GGUFInfo) -
     if tuple(target.shape) != tuple(tensor.shape):
         raise ModelFileError(f"{info.path.name}: tensor {tensor.name} has shape {tuple(tensor.shape)}, "
                              f"the model expects {tuple(target.shape)}")
+    step = max(1, _CHUNK_ELEMENTS // max(tensor.n_elements // tensor.shape[0], 1))
+    with torch.no_grad():
+        for first, n, raw in _row_blocks(handle, info, tensor, step):
+            target[first : first + n].copy_(_dequantize(raw, tensor.ggml_type, (n, *tensor.shape[1:])))
+
+
+def _row_blocks(handle: BinaryIO, info: GGUFInfo, tensor, step: int):
+    """(first row, rows, raw bytes) of a matrix read `step` rows at a time."""
     rows = tensor.shape[0]
     row_bytes = tensor.n_bytes // rows
-    step = max(1, _CHUNK_ELEMENTS // max(tensor.n_elements // rows, 1))
-    with torch.no_grad():
-        for first in range(0, rows, step):
-            n = min(step, rows - first)
-            raw = _read(handle, info, tensor.offset + first * row_bytes, n * row_bytes)
-            target[first : first + n].copy_(_dequantize(raw, tensor.ggml_type, (n, *tensor.shape[1:])))
+    for first in range(0, rows, step):
+        n = min(step, rows - first)
+        yield first, n, _read(handle, info, tensor.offset + first * row_bytes, n * row_bytes)
 
 
 def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) -> None:

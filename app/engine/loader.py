@@ -25,7 +25,7 @@ from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.machine import memory_limit_bytes
 from app.engine.gemm_attention import use_gemm_attention
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
-from app.engine.gguf_info import GGUFInfo, format_bytes, read_gguf_info, read_tensor
+from app.engine.gguf_info import GGUFInfo, format_bytes, int4_packable, read_gguf_info, read_tensor
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
 
@@ -181,7 +181,7 @@ def _use_int4(info: GGUFInfo, plan: DevicePlan) -> bool:
     """Keep quantized weights quantized when everything computes on the CPU in bf16 and the file
     has tensors the int4 kernel can run (SPECULA_INT4=0 turns it off)."""
     on_cpu = plan.gpu is None or plan.n_gpu_layers == 0
-    packable = any(quantlinear.can_pack(t.ggml_type, t.shape) for t in info.tensors)
+    packable = any(int4_packable(t.ggml_type, t.shape) for t in info.tensors)
     return on_cpu and plan.dtype == torch.bfloat16 and packable and quantlinear.int4_available()
 
 

@@ -26,7 +26,7 @@ import gguf
 import numpy as np
 import torch
 
-from app.engine.gguf_info import INT4_GROUP, INT4_PASSES, int4_packable
+from app.engine.gguf_info import INT4_GROUP, INT4_PASSES
 from app.engine.machine import int4_enabled
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,6 @@ def int4_available() -> bool:
     if not int4_enabled():
         return False
     return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
-
-
-can_pack = int4_packable  # the kernel wants K a multiple of the group and N of 16
 
 
 def group_affine(raw: np.ndarray, ggml_type: str) -> tuple[np.ndarray, np.ndarray]:
