@@ -102,32 +102,24 @@ class ScreenedRows:
     def argmax(self, i: int) -> int:
         """The int4 argmax of row i (the first index of the largest logit)."""
         if self._tokens is None:
-            self._tokens = self._all_rows()
+            self._tokens = self._winners(slice(None)) or []
         if self._tokens:
             return self._tokens[i]
-        return self._one_row(i)
+        # The union over every row was too wide: this row's own candidates, else its whole row.
+        alone = self._winners(slice(i, i + 1))
+        if alone is not None:
+            return alone[0]
+        return int(self._head.head(self._hidden[i : i + 1])[0].float().argmax())
 
-    def _all_rows(self) -> list[int]:
-        """Every row's argmax from one product over the union of their candidate blocks, or []
-        when that union is too large to be worth gathering (flat distributions)."""
-        best_lower = (self._approx - self._slack).max(dim=1, keepdim=True).values
-        candidates = torch.nonzero(self._approx + self._slack >= best_lower)[:, 1]
+    def _winners(self, rows: slice) -> list[int] | None:
+        """The argmax of each of these rows from one product over the union of their candidate
+        blocks, or None when that union is too large to be worth gathering (flat distributions).
+        Extra candidates from other rows do no harm: each row's winner is among them, exact."""
+        approx, slack = self._approx[rows], self._slack[rows]
+        best_lower = (approx - slack).max(dim=1, keepdim=True).values
+        candidates = torch.nonzero(approx + slack >= best_lower)[:, 1]
         blocks = torch.unique(candidates // PACK_ROWS)  # sorted: vocabulary order is kept
-        if not self._worth_gathering(blocks):
-            return []
-        # Extra candidates from other rows do no harm: each row's winner is among them, exact.
-        best = self._head.block_logits(self._hidden, blocks).argmax(dim=1)
+        if 2 * len(blocks) * PACK_ROWS > self._head.head.out_features:
+            return None
+        best = self._head.block_logits(self._hidden[rows], blocks).argmax(dim=1)
         return (blocks[best // PACK_ROWS] * PACK_ROWS + best % PACK_ROWS).tolist()
-
-    def _one_row(self, i: int) -> int:
-        approx, slack = self._approx[i], self._slack[i]
-        candidates = torch.nonzero(approx + slack >= (approx - slack).max()).flatten()
-        blocks = torch.unique(candidates // PACK_ROWS)
-        x = self._hidden[i : i + 1]
-        if not self._worth_gathering(blocks):
-            return int(self._head.head(x)[0].float().argmax())  # the whole row is cheaper
-        best = int(self._head.block_logits(x, blocks)[0].argmax())
-        return int(blocks[best // PACK_ROWS]) * PACK_ROWS + best % PACK_ROWS
-
-    def _worth_gathering(self, blocks: torch.Tensor) -> bool:
-        return 2 * len(blocks) * PACK_ROWS <= self._head.head.out_features
