@@ -20,7 +20,6 @@ would otherwise turn drafting off and hide the cost being measured.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import platform
@@ -32,6 +31,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast
+from transformers.initialization import no_init_weights
 
 from app.engine.detok import IncrementalDetokenizer
 from app.engine.device import DTYPES
@@ -99,24 +99,13 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def _no_init():
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # transformers 4
-        try:
-            from transformers.modeling_utils import no_init_weights
-        except ImportError:
-            no_init_weights = contextlib.nullcontext
-    return no_init_weights()
-
-
 def llama_config(shape: dict, **overrides) -> LlamaConfig:
     return LlamaConfig(**{**_LLAMA, **shape, "eos_token_id": shape["vocab_size"] - 1, **overrides})
 
 
 def build_model(config: LlamaConfig, dtype: torch.dtype, device: str) -> PreTrainedModel:
     """A random-weight model made on the device itself: no CPU copy, no slow default init."""
-    with torch.device(device), _no_init():
+    with torch.device(device), no_init_weights():  # as the loader builds models
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.tie_weights()  # skipped with the init under no_init_weights
     with torch.no_grad():
