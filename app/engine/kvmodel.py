@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from app.engine.cpu_attention import float32_cache, uses_cpu_attention
 from app.engine.quantlinear import Int4Linear
 from app.engine.screen import ScreenedHead, can_screen
 
@@ -50,6 +51,8 @@ class KVModel:
         # keep their past states (facts.md).
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
+        if uses_cpu_attention(self.model):
+            float32_cache(cache)  # what that attention computes in: app.engine.cpu_attention
         return cache
 
     def reset(self) -> None:

@@ -21,11 +21,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import fastload, quantlinear
+from app.engine.cpu_attention import use_cpu_attention
 from app.engine.device import DevicePlan, apply_plan, resolve_plan
-from app.engine.machine import memory_limit_bytes
-from app.engine.gemm_attention import use_gemm_attention
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import GGUFInfo, format_bytes, int4_packable, read_gguf_info, read_tensor
+from app.engine.machine import memory_limit_bytes
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
 
@@ -166,8 +166,8 @@ def load_model(
     except Exception as exc:  # transformers raises bare ValueError/KeyError/OSError on bad files
         raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
     model.eval()
-    if plan.int4:
-        use_gemm_attention(model)  # bf16 on the CPU: see app.engine.gemm_attention
+    if plan.gpu is None and plan.dtype != torch.float32:
+        use_cpu_attention(model)  # half precision on the CPU attends in float32: app.engine.cpu_attention
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
     rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)
     report("placing on device", 1.0)

@@ -1,0 +1,67 @@
+"""Attention for half-precision models on the CPU: torch's SDPA, computed in float32.
+
+On this CPU (avx512_bf16) torch's SDPA kernel is several times slower in bf16 than in float32:
+alone, for one query of Gemma 3 270M over 400 cached tokens, 18 layers cost 6.8 ms in bf16 and
+1.1 ms in float32 (the bf16 kernel's cost grows about 4x faster with the context). bf16 matrix
+products whose sizes change every step are slow too (each new size costs more than the product),
+so no hand-made products either. So the queries, keys and values (the model's own bf16 states,
+widened exactly) go to SDPA in float32, and its output is rounded back to the model's dtype.
+Measured inside the model while decoding Gemma 3 270M, against the bf16 products used before,
+attention went from 3.4 to 1.6 ms per token at 100 tokens of context and from 4.6 to 2.8 ms at
+380, widening included.
+
+The KV cache of such a model holds its keys and values in float32 too (float32_cache): they are
+the model's bf16 states, widened exactly, so the results are the same as widening them at every
+step, without the widening: decoding with 400 tokens of context measured 1-3 ms per token faster
+on both demo models, for twice the cache's memory (Gemma 3 270M: 36 KB per token instead of 18).
+An in-place appending cache was tried as well: its keys and values are cold in the CPU's caches
+when read, where the copies of transformers' concatenating cache leave them warm, and it came out
+no faster.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+NAME = "specula_cpu"
+
+
+def float32_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention computed in float32; the output in the query's dtype."""
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.float()  # an additive mask must match the query's dtype
+    out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
+    return out.to(query.dtype), weights
+
+
+AttentionInterface.register(NAME, float32_attention)
+AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA would get
+
+
+def float32_cache(cache) -> None:
+    """Make every layer of a transformers cache store its keys and values in float32."""
+    for layer in getattr(cache, "layers", []):
+        layer.update = functools.partial(_widened_update, layer.update)
+
+
+def _widened_update(update, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    return update(key_states.float(), value_states.float(), *args, **kwargs)
+
+
+def uses_cpu_attention(model: torch.nn.Module) -> bool:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
+
+
+def use_cpu_attention(model: torch.nn.Module) -> bool:
+    """Switch a loaded model from SDPA to this; False (unchanged) for any other implementation."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    model.set_attn_implementation(NAME)
+    return True
