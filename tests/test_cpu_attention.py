@@ -102,3 +102,34 @@ def test_the_float32_cache_holds_the_bf16_states_and_changes_no_result(tiny_path
     narrow.rewind(3)
     assert widened.cache.layers[0].keys.shape[-2] == 3
     assert torch.equal(widened.feed(ids[3:5], 2), narrow.feed(ids[3:5], 2))
+
+
+def test_each_row_sees_one_range_of_keys():
+    from app.engine.cpu_attention import _visible_ranges
+
+    assert _visible_ranges(None, 3, 10) == [(0, 8), (0, 9), (0, 10)]
+    window = torch.zeros(1, 1, 2, 10, dtype=torch.bool)
+    window[..., 0, 2:9] = True
+    window[..., 1, 3:10] = True
+    assert _visible_ranges(window, 2, 10) == [(2, 9), (3, 10)]
+    window[..., 1, 5] = False  # a hole: not one range, so the whole mask goes to SDPA
+    assert _visible_ranges(window, 2, 10) is None
+    assert _visible_ranges(torch.zeros(1, 1, 2, 10), 2, 10) is None  # an additive mask
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_verifying_drafts_gives_the_rows_of_decoding_them_one_by_one(demo_path, name):
+    """The speculative guarantee at its root: the main model's logits for k drafted positions,
+    computed in one verify, are bit for bit those of k one-token steps. SmolLM2 (Q4_1) runs every
+    matrix in int4, row by row; Gemma's Q6_K matrices stay bf16 and are not promised."""
+    loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
+    prompt = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return")
+    drafts = loaded.tokenizer.encode(" a - b\n\ndef mul(a, b):\n    return a * b")[:12]
+    kv = loaded.kv_model()
+    kv.feed(prompt)
+    one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
+    kv.rewind(len(prompt))
+    verified = kv.feed(drafts, len(drafts))
+    if name == "smollm2-135m":
+        assert torch.equal(verified, one_by_one)
+    assert torch.equal(verified.argmax(-1), one_by_one.argmax(-1))
