@@ -121,15 +121,13 @@ def test_each_row_sees_one_range_of_keys():
 def test_verifying_drafts_gives_the_rows_of_decoding_them_one_by_one(demo_path, name):
     """The speculative guarantee at its root: the main model's logits for k drafted positions,
     computed in one verify, are bit for bit those of k one-token steps. SmolLM2 (Q4_1) runs every
-    matrix in int4, row by row; Gemma's Q6_K matrices stay bf16 and are not promised."""
+    matrix in int4; Gemma (Q4_K_M) keeps some Q6_K matrices in bf16 (app.engine.rowexact)."""
     loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
     prompt = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return")
-    drafts = loaded.tokenizer.encode(" a - b\n\ndef mul(a, b):\n    return a * b")[:12]
+    drafts = loaded.tokenizer.encode(" a - b\n\ndef mul(a, b):\n    return a * b\n\ndef div(a, b):\n    return a / b")[:20]
     kv = loaded.kv_model()
     kv.feed(prompt)
     one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
     kv.rewind(len(prompt))
     verified = kv.feed(drafts, len(drafts))
-    if name == "smollm2-135m":
-        assert torch.equal(verified, one_by_one)
-    assert torch.equal(verified.argmax(-1), one_by_one.argmax(-1))
+    assert torch.equal(verified, one_by_one)

@@ -26,6 +26,7 @@ from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import GGUFInfo, format_bytes, int4_packable, read_gguf_info, read_tensor
 from app.engine.machine import memory_limit_bytes
+from app.engine.rowexact import wrap_linears
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
 
@@ -168,6 +169,8 @@ def load_model(
     model.eval()
     if plan.gpu is None and plan.dtype != torch.float32:
         use_cpu_attention(model)  # half precision on the CPU attends in float32: app.engine.cpu_attention
+    if plan.int4:  # the matrices left in bf16 verify row-exactly too: app.engine.rowexact
+        wrap_linears(getattr(model, model.base_model_prefix).layers)
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
     rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)
     report("placing on device", 1.0)
