@@ -13,6 +13,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from app.engine.cpu_attention import float32_cache, uses_cpu_attention
+from app.engine.leanstep import MAX_TOKENS, LeanStack
 from app.engine.quantlinear import Int4Linear
 from app.engine.screen import ScreenedHead, can_screen
 
@@ -42,6 +43,8 @@ class KVModel:
         # find each position's argmax by screening (app.engine.screen), exactly.
         table = getattr(model.get_input_embeddings(), "weight", None)
         self._screen = ScreenedHead(head, table) if self._softcap is None and can_screen(head, table) else None
+        # A few new tokens (decoding, verifying) skip transformers' module tree where it can be.
+        self._lean = LeanStack.for_model(model)
         self.ids: list[int] = []
         self.cache = self._new_cache()
 
@@ -78,6 +81,12 @@ class KVModel:
     def feed_rows(self, new_ids: Sequence[int], n_logits: int = 1) -> "LogitRows":
         """Append tokens to the cache; the logits of the last n_logits positions, each computed
         when first asked for where the head runs row by row (an int4 head), else all at once."""
+        if self._lean is not None and len(new_ids) <= MAX_TOKENS:
+            hidden = self._lean.hidden(list(new_ids), self.cache, len(self.ids))[-n_logits:]
+            self.ids.extend(int(t) for t in new_ids)
+            if self._rowwise_head:
+                return LogitRows(hidden=hidden, head=self._head, screen=self._screen)
+            return LogitRows(logits=self._head(hidden))
         input_ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
         if self._rowwise_head:
             base = getattr(self.model, self.model.base_model_prefix)
