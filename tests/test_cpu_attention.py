@@ -6,16 +6,17 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from app.engine.cpu_attention import NAME, float32_attention
+from app.engine.cpu_attention import NAME, ROW_BY_ROW, float32_attention
 from app.engine.loader import load_model
 
 
 class _Layer(torch.nn.Module):
     is_causal = True
 
-    def __init__(self, groups: int = 1) -> None:
+    def __init__(self, groups: int = 1, row_by_row: bool = False) -> None:
         super().__init__()
         self.num_key_value_groups = groups  # transformers' SDPA repeats or packs the KV heads by this
+        setattr(self, ROW_BY_ROW, row_by_row)
 
 
 def _inputs(n_heads, n_kv, n_queries, n_keys, dim, seed=0):
@@ -44,10 +45,11 @@ def _causal(n_queries, n_keys):  # end-aligned: the M new positions are the last
     (9, 3, 17, 180, 64),   # SmolLM2, verifying 16 drafts
     (8, 8, 40, 40, 32),    # a prompt, no grouping
 ])
-def test_bf16_attention_is_float32_accurate(n_heads, n_kv, n_queries, n_keys, dim):
+@pytest.mark.parametrize("row_by_row", [True, False])
+def test_bf16_attention_is_float32_accurate(n_heads, n_kv, n_queries, n_keys, dim, row_by_row):
     q, k, v = _inputs(n_heads, n_kv, n_queries, n_keys, dim)
     mask = _causal(n_queries, n_keys)
-    ours, _ = float32_attention(_Layer(n_heads // n_kv), q, k, v, mask, scaling=dim**-0.5)
+    ours, _ = float32_attention(_Layer(n_heads // n_kv, row_by_row), q, k, v, mask, scaling=dim**-0.5)
     exact = _reference(q, k, v, mask, dim**-0.5)
     assert ours.dtype == torch.bfloat16 and ours.shape == (1, n_queries, n_heads, dim)
     # Only the final rounding to bf16 remains: within half a bf16 step (2^-9 relative) of exact.
@@ -62,13 +64,13 @@ def test_a_sliding_window_mask_hides_what_it_hides():
     window = torch.zeros(1, 1, 3, 130, dtype=torch.bool)
     for row in range(3):  # a sliding window over the end-aligned causal mask: old keys hidden
         window[..., row, 10 + row : 128 + row] = True
-    ours, _ = float32_attention(_Layer(4), q, k, v, window, scaling=0.25)
+    ours, _ = float32_attention(_Layer(4, row_by_row=True), q, k, v, window, scaling=0.25)
     exact = _reference(q, k, v, window, 0.25)
     assert ((ours.double() - exact).abs() <= exact.abs() * 2**-8 + 1e-6).all()
     # Changing a hidden key changes nothing.
     k2 = k.clone()
     k2[..., 5, :] += 10
-    again, _ = float32_attention(_Layer(4), q, k2, v, window, scaling=0.25)
+    again, _ = float32_attention(_Layer(4, row_by_row=True), q, k2, v, window, scaling=0.25)
     assert torch.equal(again, ours)
 
 

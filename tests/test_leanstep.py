@@ -55,3 +55,17 @@ def test_prompts_and_float32_loads_keep_transformers_forward(tiny_paths):
     kv._lean.hidden = lambda *args: calls.append(args) or (_ for _ in ()).throw(AssertionError("lean path"))
     kv.feed(list(range(5, 5 + MAX_TOKENS + 1)))  # longer than a verify: the model's forward
     assert not calls
+
+
+def test_dequantized_loads_verify_in_one_batched_attention_call(demo_path):
+    """Without int4 the matrices are batched (not row-exact), so attention is too: still the
+    model's forward, closely."""
+    loaded = load_model(demo_path("smollm2-135m"), device="cpu", dtype="bfloat16", int4=False)
+    lean, reference = _pair(loaded)
+    prompt = loaded.tokenizer.encode(README_TEXT[:800])
+    tokens = loaded.tokenizer.encode(README_TEXT[5000:5300])[:17]
+    lean.feed(prompt)
+    reference.feed(prompt)
+    ours, theirs = lean.feed(tokens, 17), reference.feed(tokens, 17)
+    assert torch.allclose(ours, theirs, atol=0.15, rtol=0)
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9

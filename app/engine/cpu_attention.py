@@ -18,11 +18,12 @@ An in-place appending cache was tried as well: its keys and values are cold in t
 when read, where the copies of transformers' concatenating cache leave them warm, and it came out
 no faster.
 
-Verifying drafts, each position is computed on its own (float32_attention): SDPA over several
-queries rounds differently from SDPA over one, and in bf16 that was enough to flip near-tied
-greedy tokens (5 of 10 speculative rows of SmolLM2 in `specula bench` differed from plain
-decoding; none do now). It costs SmolLM2 about 12% on 16-token verifies and Gemma 3 270M nothing
-measurable.
+On int4 loads, verifying drafts computes each position on its own (float32_attention): SDPA
+over several queries rounds differently from SDPA over one, and in bf16 that was enough to flip
+near-tied greedy tokens (5 of 10 speculative rows of SmolLM2 in `specula bench` differed from
+plain decoding; none do now). It costs SmolLM2 about 12% on 16-token verifies and Gemma 3 270M
+nothing measurable. Dequantized bf16 loads batch their matrices (not row-exact anyway), so their
+attention stays one batched call, which long verifies of prompt lookup need to stay cheap.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 NAME = "specula_cpu"
-# Up to this many query positions (decoding, verifying drafts) are computed one position at a time.
+# Up to this many query positions (decoding, verifying drafts) are computed one position at a time,
+# in attention modules marked with this attribute (use_cpu_attention).
 ROW_BY_ROW_QUERIES = 32
+ROW_BY_ROW = "specula_row_by_row"
 
 
 def float32_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -52,7 +55,8 @@ def float32_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         attention_mask = attention_mask.float()  # an additive mask must match the query's dtype
     query, key, value = query.float(), key.float(), value.float()
     n_queries = query.shape[2]
-    ranges = _visible_ranges(attention_mask, n_queries, key.shape[2]) if query.shape[0] == 1 and n_queries <= ROW_BY_ROW_QUERIES else None
+    row_by_row = getattr(module, ROW_BY_ROW, False) and query.shape[0] == 1 and n_queries <= ROW_BY_ROW_QUERIES
+    ranges = _visible_ranges(attention_mask, n_queries, key.shape[2]) if row_by_row else None
     if ranges is None:  # prompts, batches, masks that are not one range per row
         out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
         return out.to(out_dtype), weights
@@ -97,10 +101,15 @@ def uses_cpu_attention(model: torch.nn.Module) -> bool:
     return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
 
 
-def use_cpu_attention(model: torch.nn.Module) -> bool:
-    """Switch a loaded model from SDPA to this; False (unchanged) for any other implementation."""
+def use_cpu_attention(model: torch.nn.Module, row_by_row: bool) -> bool:
+    """Switch a loaded model from SDPA to this; False (unchanged) for any other implementation.
+    row_by_row: verify one position at a time, worth it where the rest of the model computes
+    each row as decoding does (int4 loads); elsewhere one batched call is cheaper."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
         return False
     model.set_attn_implementation(NAME)
+    for module in model.modules():
+        if hasattr(module, "q_proj"):
+            setattr(module, ROW_BY_ROW, row_by_row)
     return True

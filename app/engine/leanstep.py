@@ -9,8 +9,9 @@ about 10% faster per decoded token on Gemma 3 270M. Prompts keep transformers' f
 Supported: Llama-like models (llama, qwen2) without sliding windows, and Gemma 3's text model.
 LeanStack.for_model returns None for anything else, and the model's own forward is used.
 
-Every position attends to exactly the keys it sees, one position at a time, as in
-app.engine.cpu_attention: a verify of k drafts computes bit for bit what k one-token steps do.
+Every position attends to exactly the keys it sees; on int4 loads one position at a time, as in
+app.engine.cpu_attention, so that a verify of k drafts computes bit for bit what k one-token
+steps do.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from app.engine.cpu_attention import ROW_BY_ROW_QUERIES, uses_cpu_attention
+from app.engine.cpu_attention import ROW_BY_ROW, ROW_BY_ROW_QUERIES, uses_cpu_attention
 
 MAX_TOKENS = ROW_BY_ROW_QUERIES
 _LLAMA_LIKE = {"llama", "qwen2"}
@@ -88,16 +89,24 @@ class LeanStack:
         keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], index)
         # The cache returns its last keys; the first of them is at this absolute position.
         first = start + n_tokens - keys.shape[2]
-        query = q.float().transpose(0, 1)[None]  # [1, H, M, head_dim]
-        gqa = query.shape[1] != keys.shape[1]
-        rows = []
+        query, keys, values = q.float().transpose(0, 1)[None], keys.float(), values.float()  # [1, H, M, head_dim]
+        ranges = []
         for i in range(n_tokens):
             position = start + i
             lo = 0 if window is None else max(0, position - window + 1)
-            a, b = lo - first, position + 1 - first
-            rows.append(F.scaled_dot_product_attention(query[:, :, i : i + 1], keys[:, :, a:b].float(), values[:, :, a:b].float(),
-                                                       scale=attn.scaling, enable_gqa=gqa))
-        out = rows[0] if n_tokens == 1 else torch.cat(rows, dim=2)  # [1, H, M, head_dim]
+            ranges.append((lo - first, position + 1 - first))
+        gqa = query.shape[1] != keys.shape[1]
+        if n_tokens == 1 or getattr(attn, ROW_BY_ROW, False):
+            rows = [F.scaled_dot_product_attention(query[:, :, i : i + 1], keys[:, :, a:b], values[:, :, a:b],
+                                                   scale=attn.scaling, enable_gqa=gqa)
+                    for i, (a, b) in enumerate(ranges)]
+            out = rows[0] if n_tokens == 1 else torch.cat(rows, dim=2)  # [1, H, M, head_dim]
+        else:
+            mask = torch.zeros(n_tokens, keys.shape[2], dtype=torch.bool)
+            for i, (a, b) in enumerate(ranges):
+                mask[i, a:b] = True
+            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask[None, None], scale=attn.scaling,
+                                                 enable_gqa=gqa)
         out = out[0].transpose(0, 1).reshape(n_tokens, -1).to(x.dtype)
         return attn.o_proj.forward(out)
 

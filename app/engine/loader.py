@@ -168,7 +168,7 @@ def load_model(
         raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
     model.eval()
     if plan.gpu is None and plan.dtype != torch.float32:
-        use_cpu_attention(model)  # half precision on the CPU attends in float32: app.engine.cpu_attention
+        use_cpu_attention(model, row_by_row=plan.int4)  # float32 attention: app.engine.cpu_attention
     if plan.int4:  # the matrices left in bf16 verify row-exactly too: app.engine.rowexact
         wrap_linears(getattr(model, model.base_model_prefix).layers)
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
