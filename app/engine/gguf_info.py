@@ -216,12 +216,14 @@ class GGUFInfo:
                 total += t.n_elements * size  # the lookup table
         return int(total)
 
-    def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
-        """KV cache bytes per token of context: keys + values over every layer's KV heads."""
+    def kv_bytes_per_token(self, dtype: str = "bfloat16", cpu: bool = False) -> int:
+        """KV cache bytes per token of context: keys + values over every layer's KV heads. On the
+        CPU a half-precision model caches them in float32 (app.engine.cpu_attention)."""
         md, arch = self.metadata, self.architecture
         k_len = _as_int(md.get(f"{arch}.attention.key_length")) or self.head_dim
         v_len = _as_int(md.get(f"{arch}.attention.value_length")) or k_len
-        return self._kv_heads_total * (k_len + v_len) * _dtype_size(dtype)
+        size = 4 if cpu else _dtype_size(dtype)
+        return self._kv_heads_total * (k_len + v_len) * size
 
     def to_dict(self, dtype: str = "bfloat16") -> dict[str, Any]:
         """JSON-ready summary (no token list) for `specula inspect --json`."""

@@ -118,7 +118,7 @@ def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | 
     # On the CPU in bf16 the engine keeps quantized weights quantized (app.engine.quantlinear).
     int4 = gpu is None and dtype in ("bfloat16", "bf16") and int4_enabled()
     weights = info.memory_bytes(dtype, int4=int4)
-    kv = info.kv_bytes_per_token(dtype) * n_ctx
+    kv = info.kv_bytes_per_token(dtype, cpu=gpu is None) * n_ctx
     in_flight = max((t.n_elements for t in info.tensors), default=0) * 4
     need = weights + kv + in_flight
     ram = machine.ram_available

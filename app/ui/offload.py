@@ -106,7 +106,7 @@ class OffloadControl(QWidget):
         dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
         int4 = self._int4 and not gpu_layers and dtype == "bfloat16" and int4_enabled()  # as the loader decides
         weights = info.memory_bytes(dtype, int4=int4)
-        kv = info.kv_bytes_per_token(dtype) * KV_TOKENS
+        kv = info.kv_bytes_per_token(dtype, cpu=not gpu_layers) * KV_TOKENS
         kind = f"{dtype} + int4" if int4 else dtype
         text = f"≈ {format_bytes(weights)} weights ({kind}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
         if gpu_layers and info.n_layers:
