@@ -81,7 +81,7 @@ class KVModel:
     def feed_rows(self, new_ids: Sequence[int], n_logits: int = 1) -> "LogitRows":
         """Append tokens to the cache; the logits of the last n_logits positions, each computed
         when first asked for where the head runs row by row (an int4 head), else all at once."""
-        if self._lean is not None and len(new_ids) <= MAX_TOKENS:
+        if self._lean is not None and 0 < len(new_ids) <= MAX_TOKENS:
             hidden = self._lean.hidden(list(new_ids), self.cache, len(self.ids))[-n_logits:]
             self.ids.extend(int(t) for t in new_ids)
             if self._rowwise_head:

@@ -95,6 +95,8 @@ class LeanStack:
             position = start + i
             lo = 0 if window is None else max(0, position - window + 1)
             ranges.append((lo - first, position + 1 - first))
+        if ranges[0][0] < 0:  # never with transformers' layers as KVModel sets them up
+            raise RuntimeError(f"layer {index}: the cache holds fewer keys than position {start} attends to")
         gqa = query.shape[1] != keys.shape[1]
         if n_tokens == 1 or getattr(attn, ROW_BY_ROW, False):
             rows = [F.scaled_dot_product_attention(query[:, :, i : i + 1], keys[:, :, a:b], values[:, :, a:b],
