@@ -33,11 +33,10 @@ class LeanStack:
         self.config = base.config
         self.layer_types = list(getattr(self.config, "layer_types", None) or ["full_attention"] * len(base.layers))
         self.window = getattr(self.config, "sliding_window", None)
-        self._norm = _gemma_norm if gemma else _llama_norm
-        if gemma:  # (1 + w) in float32, once
-            for module in base.modules():
-                if type(module).__name__ == "Gemma3RMSNorm":
-                    module.__dict__["_specula_scale"] = 1.0 + module.weight.float()
+        self._norm = self._gemma_norm if gemma else _llama_norm
+        # Gemma's norms scale by (1 + w) in float32: computed once per norm module.
+        self._gemma_scales = {id(m): 1.0 + m.weight.float() for m in base.modules()
+                              if gemma and type(m).__name__ == "Gemma3RMSNorm"}
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> "LeanStack | None":
@@ -62,6 +61,12 @@ class LeanStack:
             window = self.window if kind == "sliding_attention" else None
             x = self._layer(layer, index, x, rotary[kind], cache, start, window)
         return self._norm(self.base.norm, x)
+
+    def _gemma_norm(self, norm, x: torch.Tensor) -> torch.Tensor:
+        """Gemma3RMSNorm: normalized and scaled by (1 + w) in float32, then rounded."""
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + norm.eps)
+        return (xf * self._gemma_scales[id(norm)]).to(x.dtype)
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = (self.base.rotary_emb(x, positions, kind) if self.gemma else self.base.rotary_emb(x, positions))
@@ -127,10 +132,3 @@ def _llama_norm(norm, x: torch.Tensor) -> torch.Tensor:
     xf = x.float()
     xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + norm.variance_epsilon)
     return norm.weight * xf.to(x.dtype)
-
-
-def _gemma_norm(norm, x: torch.Tensor) -> torch.Tensor:
-    """Gemma3RMSNorm: normalized and scaled by (1 + w) in float32, then rounded."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + norm.eps)
-    return (xf * norm.__dict__["_specula_scale"]).to(x.dtype)

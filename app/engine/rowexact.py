@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-# Verifies have at most this many rows (app.engine.cpu_attention.ROW_BY_ROW_QUERIES).
-MAX_ROWS = 32
+from app.engine.cpu_attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
+
 MAX_BYTES = 8 << 20
 
 
