@@ -82,22 +82,26 @@ class KVModel:
         """Append tokens to the cache; the logits of the last n_logits positions, each computed
         when first asked for where the head runs row by row (an int4 head), else all at once."""
         if self._lean is not None and 0 < len(new_ids) <= MAX_TOKENS:
-            hidden = self._lean.hidden(list(new_ids), self.cache, len(self.ids))[-n_logits:]
+            rows = self._rows_of(self._lean.hidden(list(new_ids), self.cache, len(self.ids))[-n_logits:])
             self.ids.extend(int(t) for t in new_ids)
-            if self._rowwise_head:
-                return LogitRows(hidden=hidden, head=self._head, screen=self._screen)
-            return LogitRows(logits=self._head(hidden))
+            return rows
         input_ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
         if self._rowwise_head:
             base = getattr(self.model, self.model.base_model_prefix)
             out = base(input_ids=input_ids, cache=self.cache, use_cache=True)
-            rows = LogitRows(hidden=out.last_hidden_state[0, -n_logits:], head=self._head, screen=self._screen)
+            rows = self._rows_of(out.last_hidden_state[0, -n_logits:])
         else:
             out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
             rows = LogitRows(logits=out.logits[0, -n_logits:].float().cpu())
         self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
         self.ids.extend(int(t) for t in new_ids)
         return rows
+
+    def _rows_of(self, hidden: torch.Tensor) -> "LogitRows":
+        """The logits of these hidden rows: kept lazy for an int4 head, else computed at once."""
+        if self._rowwise_head:
+            return LogitRows(hidden=hidden, head=self._head, screen=self._screen)
+        return LogitRows(logits=self._head(hidden))
 
     @torch.inference_mode()
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
