@@ -122,8 +122,9 @@ def test_each_row_sees_one_range_of_keys():
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_verifying_drafts_gives_the_rows_of_decoding_them_one_by_one(demo_path, name):
     """The speculative guarantee at its root: the main model's logits for k drafted positions,
-    computed in one verify, are bit for bit those of k one-token steps. SmolLM2 (Q4_1) runs every
-    matrix in int4; Gemma (Q4_K_M) keeps some Q6_K matrices in bf16 (app.engine.rowexact)."""
+    computed in one verify, are bit for bit those of k one-token steps. Both run every matrix of
+    their layers in int4 (Gemma's Q6_K ones in four passes); tests/test_rowexact.py has a file
+    with bf16 matrices in its layers."""
     loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
     prompt = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return")
     drafts = loaded.tokenizer.encode(" a - b\n\ndef mul(a, b):\n    return a * b\n\ndef div(a, b):\n    return a / b")[:20]

@@ -25,38 +25,67 @@ def _quantized(ggml_type: str, shape=(192, 128), seed=0) -> np.ndarray:
     return gguf.quants.quantize(values, gguf.GGMLQuantizationType[ggml_type]).reshape(-1)
 
 
+def _k_quant_blocks(ggml_type: str, shape=(192, 256), seed=0) -> np.ndarray:
+    """Random Q5_K or Q6_K blocks (gguf-py cannot write these types): random integers and scales
+    with small fp16 super-block factors, as a real file's."""
+    block_bytes = {"Q5_K": 176, "Q6_K": 210}[ggml_type]
+    rng = np.random.default_rng(seed)
+    n_blocks = shape[0] * shape[1] // 256
+    blocks = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
+
+    def factors() -> np.ndarray:
+        return (np.abs(rng.standard_normal(n_blocks)) * 0.002).astype(np.float16).view(np.uint8).reshape(-1, 2)
+
+    if ggml_type == "Q6_K":
+        blocks[:, 208:210] = factors()  # d; the 16 int8 scales before it are random
+    else:
+        blocks[:, 0:2], blocks[:, 2:4] = factors(), factors()  # d, dmin
+    return blocks.reshape(-1)
+
+
+def _raw(ggml_type: str) -> tuple[np.ndarray, tuple[int, int]]:
+    if ggml_type in ("Q5_K", "Q6_K"):
+        return _k_quant_blocks(ggml_type), (192, 256)
+    return _quantized(ggml_type), (192, 128)
+
+
 def _reconstructed(raw: np.ndarray, ggml_type: str, shape) -> np.ndarray:
+    if ggml_type == "Q6_K":
+        values, scales = quantlinear.q6_k_values(raw)
+        return (values.float().reshape(-1, 16) * scales.reshape(-1, 1)).reshape(shape).numpy()
     s, o = group_affine(raw, ggml_type)
     u = group_integers(raw, ggml_type).numpy().astype(np.float32)
     return (u * s[:, None] + o[:, None]).reshape(shape)
 
 
-@pytest.mark.parametrize("ggml_type", WRITABLE_TYPES)
+@pytest.mark.parametrize("ggml_type", [*WRITABLE_TYPES, "Q5_K", "Q6_K"])
 def test_integers_and_scales_rebuild_ggufs_own_dequantization_exactly(ggml_type):
-    raw = _quantized(ggml_type)
-    expected = gguf.quants.dequantize(raw.reshape(192, -1), gguf.GGMLQuantizationType[ggml_type])
-    assert np.array_equal(_reconstructed(raw, ggml_type, (192, 128)), expected.reshape(192, 128))
+    raw, shape = _raw(ggml_type)
+    expected = gguf.quants.dequantize(raw.reshape(shape[0], -1), gguf.GGMLQuantizationType[ggml_type])
+    assert np.array_equal(_reconstructed(raw, ggml_type, shape), expected.reshape(shape))
 
 
-def test_q4_k_tensors_of_the_real_gemma_file_rebuild_exactly(demo_path):
+@pytest.mark.parametrize("ggml_type", ["Q4_K", "Q6_K"])
+def test_k_quant_tensors_of_the_real_gemma_file_rebuild_exactly(demo_path, ggml_type):
     info = read_gguf_info(demo_path("gemma3-270m"))
-    q4k = [t for t in info.tensors if t.ggml_type == "Q4_K"][:3]
-    assert q4k, "the demo file has Q4_K tensors"
+    tensors = [t for t in info.tensors if t.ggml_type == ggml_type][:3]
+    assert tensors, f"the demo file has {ggml_type} tensors"
     with open(info.path, "rb") as handle:
-        for tensor in q4k:
+        for tensor in tensors:
             raw = _read(handle, info, tensor.offset, tensor.n_bytes)
-            expected = _dequantize(raw, "Q4_K", tensor.shape).numpy()
-            assert np.array_equal(_reconstructed(raw, "Q4_K", tensor.shape), expected), tensor.name
+            expected = _dequantize(raw, ggml_type, tensor.shape).numpy()
+            assert np.array_equal(_reconstructed(raw, ggml_type, tensor.shape), expected), tensor.name
 
 
 @requires_int4
-@pytest.mark.parametrize("ggml_type", WRITABLE_TYPES)
+@pytest.mark.parametrize("ggml_type", [*WRITABLE_TYPES, "Q5_K", "Q6_K"])
 def test_int4_linear_matches_the_dequantized_product_and_each_row_stands_alone(ggml_type):
-    raw = _quantized(ggml_type)
-    weights = _dequantize(raw, ggml_type, (192, 128))
+    raw, shape = _raw(ggml_type)
+    weights = _dequantize(raw, ggml_type, shape)
     bias = torch.nn.Parameter(torch.randn(192).to(torch.bfloat16), requires_grad=False)
-    linear = pack_linear(raw, ggml_type, (192, 128), bias=bias)
-    x = torch.randn(17, 128, generator=torch.Generator().manual_seed(1))
+    linear = pack_linear(raw, ggml_type, shape, bias=bias)
+    assert linear.n_passes == quantlinear.INT4_PASSES[ggml_type]
+    x = torch.randn(17, shape[1], generator=torch.Generator().manual_seed(1))
     expected = x @ weights.T + bias.float()
     got = linear(x).float()
     # Close to a bf16 product's error. The kernel holds each group's zero in bf16, a rounding

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 from app.engine.loader import load_model
+from app.engine.quantlinear import Int4Linear
 from app.engine.rowexact import MAX_BYTES, MAX_ROWS, RowExactLinear, wrap_linears
+from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
 
 def _linear(rows=640, cols=2048) -> torch.nn.Linear:
@@ -36,9 +38,29 @@ def test_only_small_bf16_linears_are_wrapped():
     assert type(model[2]) is torch.nn.Linear  # too large to stay in the caches
 
 
-def test_int4_loads_wrap_their_bf16_matrices(demo_path):
-    gemma = load_model(demo_path("gemma3-270m"), device="cpu", dtype="bfloat16")
-    wrapped = [m for m in gemma.model.modules() if isinstance(m, RowExactLinear)]
-    assert gemma.plan.int4 and wrapped  # its Q6_K matrices
-    plain = load_model(demo_path("gemma3-270m"), device="cpu", dtype="bfloat16", int4=False)
+def test_int4_loads_wrap_their_bf16_matrices_and_verify_as_they_decode(tmp_path):
+    # A 2048-wide ffn_down: there bf16's product of several rows rounds differently from one row's
+    # (at the default 128 it does not, and the verify below would pass without the wrapping).
+    spec = TinySpec(qtype="Q4_0", hidden=256, intermediate=2048, f16_matrices=("ffn_down.weight",))
+    path = write_tiny_gguf(tmp_path / "mixed.gguf", spec)
+    mixed = load_model(path, device="cpu", dtype="bfloat16")
+    wrapped = [m for m in mixed.model.modules() if isinstance(m, RowExactLinear)]
+    assert mixed.plan.int4 and len(wrapped) == 2  # each layer's F16 ffn_down
+    ids = mixed.tokenizer.encode("The quick brown fox jumps over the lazy dog. Hello world, this is")
+    prompt, drafts = ids[:8], ids[8:28]
+    kv = mixed.kv_model()
+    kv.feed(prompt)
+    one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
+    kv.rewind(len(prompt))
+    assert torch.equal(kv.feed(drafts, len(drafts)), one_by_one)
+    plain = load_model(path, device="cpu", dtype="bfloat16", int4=False)
     assert not any(isinstance(m, RowExactLinear) for m in plain.model.modules())
+
+
+def test_the_demo_files_leave_no_matrix_of_their_layers_in_bf16(demo_path):
+    """Every type in them runs on the int4 kernel (Gemma's Q6_K matrices in four passes)."""
+    for name in ("smollm2-135m", "gemma3-270m"):
+        loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
+        layers = getattr(loaded.model, loaded.model.base_model_prefix).layers
+        assert not [m for m in layers.modules() if isinstance(m, torch.nn.Linear)], name
+    assert any(isinstance(m, Int4Linear) and m.n_passes == 4 for m in layers.modules())

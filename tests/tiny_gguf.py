@@ -84,6 +84,12 @@ class TinySpec:
     llama3_rope: bool = False  # Llama 3.1 rope scaling (LLAMA3_ROPE), written as rope_freqs.weight
     chat_template: str | None = CHATML  # None writes no template
     logit_scale: float = 8.0  # about the standard deviation of the logits
+    # GGUF tensor-name endings written F16 whatever qtype says, as mixed files keep some matrices
+    # in a type the int4 kernel cannot run (e.g. ("ffn_down.weight",)).
+    f16_matrices: tuple[str, ...] = ()
+
+    def qtype_of(self, gguf_name: str) -> str:
+        return "F16" if self.f16_matrices and gguf_name.endswith(self.f16_matrices) else self.qtype
 
     @property
     def head_dim(self) -> int:
@@ -314,7 +320,7 @@ def _random_weights(spec: TinySpec, shapes: dict[str, tuple[int, ...]]) -> dict[
         else:
             std = 1.0 / math.sqrt(shape[1])  # keeps activations at unit scale through each matrix
         array = (std * rng.standard_normal(shape)).astype(np.float32)
-        out[name] = _round(array, spec.qtype) if array.ndim == 2 else array
+        out[name] = _round(array, spec.qtype_of(_gguf_name(name))) if array.ndim == 2 else array
     return out
 
 
@@ -409,7 +415,7 @@ def write_tiny_gguf(path: Path, spec: TinySpec, model: transformers.PreTrainedMo
     path = Path(path)
     if model is None:
         model = build_hf_model(spec)
-    ggml_type, file_type = _QTYPES[spec.qtype]
+    _, file_type = _QTYPES[spec.qtype]
     tokens, types, merges = tiny_vocab()
 
     writer = gguf.GGUFWriter(str(path), spec.arch)
@@ -444,17 +450,19 @@ def write_tiny_gguf(path: Path, spec: TinySpec, model: transformers.PreTrainedMo
     with torch.no_grad():
         for hf_name, tensor in state.items():
             array = tensor.detach().to(torch.float32).cpu().numpy()
-            if array.ndim == 2:
-                array = _round(array, spec.qtype)
-                tensor.copy_(torch.from_numpy(array))
             name = _gguf_name(hf_name)
+            qtype = spec.qtype_of(name)
+            if array.ndim == 2:
+                array = _round(array, qtype)
+                tensor.copy_(torch.from_numpy(array))
             if spec.arch == "llama" and name.endswith("attn_q.weight"):
                 array = _permute(array, spec.n_heads)
             elif spec.arch == "llama" and name.endswith("attn_k.weight"):
                 array = _permute(array, spec.n_kv_heads)
-            if array.ndim == 2 and spec.qtype != "F32":
+            if array.ndim == 2 and qtype != "F32":
                 # Row-wise quantization commutes with the row permutation above.
-                writer.add_tensor(name, gguf.quants.quantize(array, ggml_type), raw_dtype=ggml_type)
+                tensor_type = _QTYPES[qtype][0]
+                writer.add_tensor(name, gguf.quants.quantize(array, tensor_type), raw_dtype=tensor_type)
             else:
                 writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
     if spec.llama3_rope:

@@ -203,7 +203,7 @@ def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
     tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
     if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
         return False
-    if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape):
+    if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape, head=True):
         return False
     rows, k = tensor.shape
     step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)

@@ -142,13 +142,18 @@ class TensorInfo:
 # GGUF types whose integers torch's int4 CPU kernel runs directly (app.engine.quantlinear), and
 # how many 4-bit passes each takes; each pass holds 0.5 byte per weight plus a bf16 scale and zero
 # per group of 32 (0.125 byte per weight).
-INT4_PASSES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q5_0": 2, "Q5_1": 2, "Q8_0": 2}
+INT4_PASSES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q5_0": 2, "Q5_1": 2, "Q5_K": 2, "Q8_0": 2, "Q6_K": 4}
 INT4_GROUP = 32
 _INT4_BYTES_PER_PASS = 0.5 + 4 / INT4_GROUP
 
 
-def int4_packable(ggml_type: str, shape: tuple[int, ...]) -> bool:
-    """A matrix the kernel can run: a supported type, K a multiple of the group, N of 16."""
+def int4_packable(ggml_type: str, shape: tuple[int, ...], head: bool = False) -> bool:
+    """A matrix the kernel can run: a supported type, K a multiple of the group, N of 16.
+    Q6_K's four passes cost about what a bf16 copy costs per token, in more memory (2.5 bytes per
+    weight): worth it in the layers, where a verify's rows cost less with them (and come out as
+    decoding's), not for an output projection, which would be held beside a tied bf16 table."""
+    if head and ggml_type == "Q6_K":
+        return False
     return ggml_type in INT4_PASSES and len(shape) == 2 and shape[1] % INT4_GROUP == 0 and shape[0] % 16 == 0
 
 
@@ -206,7 +211,7 @@ class GGUFInfo:
         total = 0.0
         for t in self.tensors:
             is_head = t.name == "output.weight" or (t.name == "token_embd.weight" and not has_output)
-            if not (int4_packable(t.ggml_type, t.shape) and (t.name.startswith("blk.") or is_head)):
+            if not (t.name.startswith("blk.") or is_head) or not int4_packable(t.ggml_type, t.shape, head=is_head):
                 total += t.n_elements * size
                 continue
             total += t.n_elements * INT4_PASSES[t.ggml_type] * _INT4_BYTES_PER_PASS

@@ -7,14 +7,14 @@ torch's `_weight_int4pack_mm_for_cpu` reads half a byte, 4-6x faster than a bf16
 Every type handled here stores, for each group of 32 weights along a row, w = s*u + o with u a
 small unsigned integer and the group's scale s and offset o. That is exactly the kernel's form
 w = (q - 8)*scale + zero when u has 16 levels (Q4_0, Q4_1, Q4_K). Types with more levels (Q5_0,
-Q5_1: 32; Q8_0: 256) are split as u = 16*h + l into two 4-bit matrices whose products are
-added: still the file's weights, read at one byte each. Scales and zeros are held in bf16 by the
-kernel, as a bf16 copy of the weights would round them.
+Q5_1, Q5_K: 32; Q8_0: 256) are split as u = 16*h + l into two 4-bit matrices whose products are
+added: still the file's weights, read at one byte each. Q6_K scales each run of 16 weights, half
+the kernel's group, so it takes four passes (_sub_block_passes). Scales and zeros are held in bf16
+by the kernel, as a bf16 copy of the weights would round them.
 
 The kernel computes each input row on its own, so in these layers a k+1 token verify gives each
-position the same bits as one-token decoding (tests/test_quantlinear.py checks it). Attention and
-matrices left in bf16 still round a little differently for several positions at once, so in bf16
-greedy identity with plain decoding remains "almost always" (exact in float32).
+position the same bits as one-token decoding (tests/test_quantlinear.py checks it); the model's
+other pieces do the same on the CPU (app.engine.cpu_attention, app.engine.rowexact).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ _BLOCKS = {
     "Q4_0": (18, 16), "Q4_1": (20, 16), "Q4_K": (144, 16),
     "Q5_0": (22, 32), "Q5_1": (24, 32),
     "Q8_0": (34, 256),
+    "Q5_K": (176, 32),
+    "Q6_K": (210, 64),  # scales per 16 weights: split into passes apart (_sub_block_passes)
 }
 assert set(_BLOCKS) == set(INT4_PASSES)
 
@@ -66,7 +68,9 @@ def group_affine(raw: np.ndarray, ggml_type: str) -> tuple[np.ndarray, np.ndarra
         return d, -128 * d  # q is int8: u = q + 128
     if ggml_type in ("Q4_1", "Q5_1"):
         return d, half(2)
-    # Q4_K: a super-block of 8 groups with 6-bit scales and mins; w = d*sc*q - dmin*m.
+    # Q4_K, Q5_K: a super-block of 8 groups with 6-bit scales and mins; w = d*sc*q - dmin*m.
+    if ggml_type not in ("Q4_K", "Q5_K"):
+        raise ValueError(f"{ggml_type} has no scale per group of {GROUP}")
     scales, mins = gguf.quants.Q4_K.get_scale_min(blocks[:, 4:16])
     s = d[:, None] * scales.astype(np.float32)
     o = -half(2)[:, None] * mins.astype(np.float32)
@@ -95,9 +99,29 @@ def group_integers(raw: np.ndarray, ggml_type: str) -> torch.Tensor:
         bits = blocks[:, start : start + 4, None] >> torch.arange(8, dtype=torch.uint8)
         fifth = (bits & 1).reshape(-1, 32)
         return _nibbles(blocks[:, start + 4 : start + 20]) | (fifth << 4)
-    # Q4_K: 4 runs of 32 bytes; run r holds group 2r in its low nibbles and 2r+1 in its high ones.
-    runs = blocks[:, 16:144].reshape(-1, 4, 1, 32)
-    return torch.cat([runs & 0x0F, runs >> 4], dim=2).reshape(-1, 32)
+    # Q4_K, Q5_K: 4 runs of 32 bytes; run r holds group 2r in its low nibbles and 2r+1 in its
+    # high ones. Q5_K's 32 bytes before them hold the fifth bits: bit j of byte l is group j's.
+    start = 16 if ggml_type == "Q4_K" else 48
+    runs = blocks[:, start : start + 128].reshape(-1, 4, 1, 32)
+    low = torch.cat([runs & 0x0F, runs >> 4], dim=2).reshape(-1, 8, 32)
+    if ggml_type == "Q4_K":
+        return low.reshape(-1, 32)
+    fifth = (blocks[:, None, 16:48] >> torch.arange(8, dtype=torch.uint8)[None, :, None]) & 1
+    return (low | (fifth << 4)).reshape(-1, 32)
+
+
+def q6_k_values(raw: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q6_K's signed integers v (int8 [blocks, 256], -32..31) and the scale d*sc of each run of 16
+    (float32 [blocks, 16]): w = d*sc*v, in ggml's layout (as gguf.quants.Q6_K reads it)."""
+    blocks = torch.from_numpy(raw).reshape(-1, 210)
+    low = blocks[:, :128].reshape(-1, 2, 1, 64)
+    low = torch.cat([low & 0x0F, low >> 4], dim=2).reshape(-1, 8, 32)
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 4, 1)
+    high = ((blocks[:, 128:192].reshape(-1, 2, 1, 32) >> shifts) & 3).reshape(-1, 8, 32)
+    values = (low | (high << 4)).to(torch.int8).reshape(-1, 256) - 32
+    scales = blocks[:, 192:208].contiguous().view(torch.int8).float()
+    d = blocks[:, 208:210].contiguous().view(torch.float16).float()
+    return values, d * scales
 
 
 class Int4Linear(torch.nn.Module):
@@ -119,15 +143,28 @@ class Int4Linear(torch.nn.Module):
         if rows.dtype != torch.bfloat16:
             rows = rows.to(torch.bfloat16)
         y = torch._weight_int4pack_mm_for_cpu(rows, self.packed0, GROUP, self.scales_zeros0)
-        if self.n_passes == 2:
-            # bf16 + bf16 is formed exactly in float32 and rounded once, as a float32 sum would be.
-            y.add_(torch._weight_int4pack_mm_for_cpu(rows, self.packed1, GROUP, self.scales_zeros1))
+        if self.n_passes > 1:
+            y = sum_passes([y] + [torch._weight_int4pack_mm_for_cpu(rows, getattr(self, f"packed{i}"), GROUP,
+                                                                    getattr(self, f"scales_zeros{i}"))
+                                  for i in range(1, self.n_passes)])
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, passes={self.n_passes}"
+
+
+def sum_passes(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The passes' bf16 products added in float32 and rounded once (for two, bf16 + bf16 is formed
+    in float32 and rounded once as well). Every caller adds them this way, so that a product of
+    some vocabulary blocks (app.engine.screen) gives the whole projection's bits."""
+    if len(parts) == 2:
+        return parts[0].add_(parts[1])
+    total = parts[0].float()
+    for part in parts[1:]:
+        total.add_(part)
+    return total.to(parts[0].dtype)
 
 
 def _pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,6 +204,13 @@ def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
     """The kernel's (packed weight, scales and zeros) for each pass of the matrix stored in `raw`
     (`shape` [N, K]); `row_order`: which file row each model row comes from."""
     n_rows, k = shape
+    if ggml_type == "Q6_K":
+        values, scales = q6_k_values(raw)
+        values, scales = values.reshape(n_rows, k), scales.reshape(n_rows, k // 16)
+        if row_order is not None:
+            index = torch.from_numpy(np.asarray(row_order, dtype=np.int64))
+            values, scales = values[index], scales[index]
+        return _sub_block_passes(values, scales)
     _, levels = _BLOCKS[ggml_type]
     s, o = (torch.from_numpy(a).reshape(n_rows, k // GROUP) for a in group_affine(raw, ggml_type))
     u = group_integers(raw, ggml_type).reshape(n_rows, k)
@@ -181,6 +225,23 @@ def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
     c = 8 - (high_max + 1) // 2
     high, low = (u >> 4) + c, u & 15
     return [_pack(high, 16 * s, torch.zeros_like(s)), _pack(low, s, o + 8 * s + 16 * (8 - c) * s)]
+
+
+def _sub_block_passes(values: torch.Tensor, scales: torch.Tensor) -> Passes:
+    """Four passes for w = S*v, v in -32..31, with a scale S per run of 16 weights (Q6_K): the
+    kernel's groups are 32 wide, so each group's first and second runs go to passes of their own
+    (the other run's weights are 0 there: q = 8). v = 16a + b with b in -8..7 and a in -2..2, so
+    every pass is (q - 8) * scale with a zero of 0: [a, first runs], [a, second runs], [b, ...]."""
+    high = torch.div(values + 8, 16, rounding_mode="floor")
+    low = values - 16 * high
+    first_run = (torch.arange(values.shape[1]) % GROUP) < GROUP // 2
+    zero = torch.zeros_like(scales[:, ::2])
+    passes = []
+    for digits, factor in ((high, 16.0), (low, 1.0)):
+        for run, keep in ((0, first_run), (1, ~first_run)):
+            q = torch.where(keep, digits + 8, 8).to(torch.uint8)
+            passes.append(_pack(q, factor * scales[:, run::2], zero))
+    return passes
 
 
 def pack_linear(raw: np.ndarray, ggml_type: str, shape: tuple[int, int], row_order: np.ndarray | None = None,

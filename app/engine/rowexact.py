@@ -3,16 +3,16 @@
 With int4 weights (app.engine.quantlinear) most matrices of a layer are computed row by row by
 torch's int4 kernel, and attention takes one position at a time (app.engine.cpu_attention), so a
 verify of k drafts gives bit for bit the rows of k one-token steps. The matrices left in bf16
-(Q6_K, common in Q4_K_M files) go through torch's bf16 GEMM, which takes another kernel for
-several rows than for one. The two differ in their order of accumulation and, with the model's
-own activations, in their handling of tiny values: for Gemma 3 270M the greedy logits of a
-17-token verify differed from decoding by up to 0.5, and a probe on random values does not find
-it (random values have no denormals). So up to MAX_ROWS rows, each row is its own product, the
-very call decoding makes; prompts (more rows than a verify has) run in one call.
+(types the kernel cannot run: F16, BF16, Q2_K, Q3_K...) go through torch's bf16 GEMM, which takes
+another kernel for several rows than for one. The two differ in their order of accumulation and,
+with the model's own activations, in their handling of tiny values: for Gemma 3 270M, whose Q6_K
+matrices went this way before they ran on the int4 kernel, the greedy logits of a 17-token verify
+differed from decoding by up to 0.5, and a probe on random values does not find it (random
+values have no denormals). So up to MAX_ROWS rows, each row is its own product, the very call
+decoding makes; prompts (more rows than a verify has) run in one call.
 
-Measured on Gemma 3 270M (9 such matrices of 2.6 MB): a 5-token verify costs about 4 ms more
-(of 70), a 17-token one about 10 ms more (of 135), for outputs that cannot differ from plain
-decoding. A matrix too large to stay in the CPU's caches (over MAX_BYTES, as in 7B+ models) would
+Measured on those 9 matrices of 2.6 MB: a 5-token verify cost about 4 ms more (of 70), a 17-token
+one about 10 ms more (of 135), for outputs that cannot differ from plain decoding. A matrix too large to stay in the CPU's caches (over MAX_BYTES, as in 7B+ models) would
 be read from memory once per row, so it keeps the batched product; there a near-tie can still
 flip a greedy token, as before.
 """

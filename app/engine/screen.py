@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known
+from app.engine.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known, sum_passes
 
 _SAFETY = 1.25
 _BF16_ROUNDING = 2.0**-9  # relative, round to nearest
@@ -78,7 +78,7 @@ class ScreenedHead:
     def block_logits(self, x: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         """The int4 kernel's logits (float32 [M, blocks * 64]) of the vocabulary rows in the given
         64-row packed blocks, in block order: bit for bit what the whole projection gives."""
-        y = None
+        parts = []
         for i in range(self.head.n_passes):
             # Whole blocks are gathered as contiguous runs (a row-by-row gather of the scales,
             # strided by N, costs more than the product itself).
@@ -88,9 +88,8 @@ class ScreenedHead:
             scales_zeros = getattr(self.head, f"scales_zeros{i}")
             groups = scales_zeros.shape[0]
             scales_zeros = scales_zeros.view(groups, -1, PACK_ROWS * 2).index_select(1, blocks).view(groups, -1, 2)
-            part = torch._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros)
-            y = part if y is None else y.add_(part)
-        return y.float()
+            parts.append(torch._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros))
+        return (sum_passes(parts) if len(parts) > 1 else parts[0]).float()
 
 
 class ScreenedRows:
