@@ -38,6 +38,9 @@ class LlamaCppPeer:
         llm = self.models[name]
         stop = self.stop_ids | {llm.token_eos()}
         tokens: list[int] = []
+        # Start cold, as our rows do: llama-cpp-python reuses whatever prefix of the prompt its
+        # last call left in the cache, so a prompt run just before (the warm-up's) cost nothing.
+        llm.reset()
         started = time.monotonic()
         first = None
         for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
