@@ -142,11 +142,9 @@ class Int4Linear(torch.nn.Module):
         rows = x.reshape(-1, self.in_features)
         if rows.dtype != torch.bfloat16:
             rows = rows.to(torch.bfloat16)
-        y = torch._weight_int4pack_mm_for_cpu(rows, self.packed0, GROUP, self.scales_zeros0)
-        if self.n_passes > 1:
-            y = sum_passes([y] + [torch._weight_int4pack_mm_for_cpu(rows, getattr(self, f"packed{i}"), GROUP,
-                                                                    getattr(self, f"scales_zeros{i}"))
-                                  for i in range(1, self.n_passes)])
+        y = sum_passes([torch._weight_int4pack_mm_for_cpu(rows, getattr(self, f"packed{i}"), GROUP,
+                                                          getattr(self, f"scales_zeros{i}"))
+                        for i in range(self.n_passes)])
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -159,6 +157,8 @@ def sum_passes(parts: list[torch.Tensor]) -> torch.Tensor:
     """The passes' bf16 products added in float32 and rounded once (for two, bf16 + bf16 is formed
     in float32 and rounded once as well). Every caller adds them this way, so that a product of
     some vocabulary blocks (app.engine.screen) gives the whole projection's bits."""
+    if len(parts) == 1:
+        return parts[0]
     if len(parts) == 2:
         return parts[0].add_(parts[1])
     total = parts[0].float()
@@ -206,17 +206,10 @@ def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
     n_rows, k = shape
     if ggml_type == "Q6_K":
         values, scales = q6_k_values(raw)
-        values, scales = values.reshape(n_rows, k), scales.reshape(n_rows, k // 16)
-        if row_order is not None:
-            index = torch.from_numpy(np.asarray(row_order, dtype=np.int64))
-            values, scales = values[index], scales[index]
-        return _sub_block_passes(values, scales)
+        return _sub_block_passes(*_in_row_order(row_order, values.reshape(n_rows, k), scales.reshape(n_rows, k // 16)))
     _, levels = _BLOCKS[ggml_type]
     s, o = (torch.from_numpy(a).reshape(n_rows, k // GROUP) for a in group_affine(raw, ggml_type))
-    u = group_integers(raw, ggml_type).reshape(n_rows, k)
-    if row_order is not None:
-        index = torch.from_numpy(np.asarray(row_order, dtype=np.int64))
-        s, o, u = s[index], o[index], u[index]
+    s, o, u = _in_row_order(row_order, s, o, group_integers(raw, ggml_type).reshape(n_rows, k))
     if levels == 16:
         return [_pack(u, s, o + 8 * s)]
     # u = 16*h + l. The high part is centred on the kernel's 8 (q_h = h + c) so that neither
@@ -225,6 +218,13 @@ def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
     c = 8 - (high_max + 1) // 2
     high, low = (u >> 4) + c, u & 15
     return [_pack(high, 16 * s, torch.zeros_like(s)), _pack(low, s, o + 8 * s + 16 * (8 - c) * s)]
+
+
+def _in_row_order(row_order: np.ndarray | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if row_order is None:
+        return tensors
+    index = torch.from_numpy(np.asarray(row_order, dtype=np.int64))
+    return tuple(t[index] for t in tensors)
 
 
 def _sub_block_passes(values: torch.Tensor, scales: torch.Tensor) -> Passes:

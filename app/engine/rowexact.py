@@ -12,9 +12,10 @@ values have no denormals). So up to MAX_ROWS rows, each row is its own product, 
 decoding makes; prompts (more rows than a verify has) run in one call.
 
 Measured on those 9 matrices of 2.6 MB: a 5-token verify cost about 4 ms more (of 70), a 17-token
-one about 10 ms more (of 135), for outputs that cannot differ from plain decoding. A matrix too large to stay in the CPU's caches (over MAX_BYTES, as in 7B+ models) would
-be read from memory once per row, so it keeps the batched product; there a near-tie can still
-flip a greedy token, as before.
+one about 10 ms more (of 135), for outputs that cannot differ from plain decoding. A matrix too
+large to stay in the CPU's caches (over MAX_BYTES, as in 7B+ models) would be read from memory
+once per row, so it keeps the batched product; there a near-tie can still flip a greedy token,
+as before.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class ScreenedHead:
             groups = scales_zeros.shape[0]
             scales_zeros = scales_zeros.view(groups, -1, PACK_ROWS * 2).index_select(1, blocks).view(groups, -1, 2)
             parts.append(torch._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros))
-        return (sum_passes(parts) if len(parts) > 1 else parts[0]).float()
+        return sum_passes(parts).float()
 
 
 class ScreenedRows:
