@@ -100,6 +100,34 @@ def test_int4_linear_matches_the_dequantized_product_and_each_row_stands_alone(g
 
 
 @requires_int4
+@pytest.mark.parametrize("ggml_type", ["Q4_0", "Q5_0", "Q8_0", "Q5_K", "Q6_K"])
+def test_prompts_take_one_product_of_the_dequantized_weights(ggml_type, monkeypatch):
+    """From DEQUANTIZE_FROM_ROWS rows on (prompts), the weights are dequantized a chunk of rows at a
+    time and multiplied in bf16: the file's weights, as the kernel holds them."""
+    raw, shape = _raw(ggml_type)
+    weights = _dequantize(raw, ggml_type, shape)
+    bias = torch.nn.Parameter(torch.randn(192).to(torch.bfloat16), requires_grad=False)
+    linear = pack_linear(raw, ggml_type, shape, bias=bias)
+    dequantized = linear.dequantized()
+    assert dequantized.dtype == torch.bfloat16
+    # bf16 scales and zeros, as the kernel's: within a few bf16 roundings of each weight's group.
+    assert (dequantized.float() - weights).abs().max() <= 0.01 * weights.abs().max()
+    x = torch.randn(quantlinear.DEQUANTIZE_FROM_ROWS, shape[1], generator=torch.Generator().manual_seed(3))
+    expected = x @ weights.T + bias.float()
+    monkeypatch.setattr(quantlinear, "_DEQUANTIZE_CHUNK", 64 * shape[1])  # three chunks of 64 rows
+    chunks = []
+    dequantize = Int4Linear.dequantized
+    monkeypatch.setattr(Int4Linear, "dequantized", lambda self, *rows: chunks.append(rows) or dequantize(self, *rows))
+    got = linear(x).float()
+    assert chunks == [(0, 64), (64, 128), (128, 192)]
+    assert torch.allclose(got, torch.nn.functional.linear(x.bfloat16(), dequantized, bias).float(), rtol=0.02, atol=0.02)
+    assert (got - expected).abs().max() <= 0.02 * expected.abs().max()
+    # One row fewer still runs the kernel, which gives every row the bits of that row alone.
+    fewer = linear(x[:-1])
+    assert len(chunks) == 3 and torch.equal(fewer[:1], linear(x[:1]))
+
+
+@requires_int4
 def test_row_order_follows_the_models_rows():
     raw = _quantized("Q4_1", (64, 64))
     weights = _dequantize(raw, "Q4_1", (64, 64))
@@ -135,12 +163,15 @@ def test_a_bf16_cpu_load_keeps_the_layers_quantized_and_computes_the_same_logits
     assert packed.plan.int4 and "int4" in packed.plan.describe()
     linears = [m for m in packed.model.model.layers.modules() if isinstance(m, (Int4Linear, torch.nn.Linear))]
     assert linears and all(isinstance(m, Int4Linear) for m in linears)
-    ids = packed.tokenizer.encode("The quick brown fox jumps over the lazy dog.")
-    with torch.inference_mode():
-        got = packed.kv_model().feed(ids, len(ids))
-        expected = reference.kv_model().feed(ids, len(ids))
-    assert (got - expected).abs().max() < 0.1 * expected.abs().max()
-    assert (got.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
+    short = packed.tokenizer.encode("The quick brown fox jumps over the lazy dog.")
+    long = packed.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 20)
+    assert len(long) >= quantlinear.DEQUANTIZE_FROM_ROWS  # a prompt taking the dequantized product
+    for ids in (short, long):
+        with torch.inference_mode():
+            got = packed.kv_model().feed(ids, len(ids))
+            expected = reference.kv_model().feed(ids, len(ids))
+        assert (got - expected).abs().max() < 0.1 * expected.abs().max()
+        assert (got.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
 
 
 @requires_int4

@@ -14,7 +14,9 @@ by the kernel, as a bf16 copy of the weights would round them.
 
 The kernel computes each input row on its own, so in these layers a k+1 token verify gives each
 position the same bits as one-token decoding (tests/test_quantlinear.py checks it); the model's
-other pieces do the same on the CPU (app.engine.cpu_attention, app.engine.rowexact).
+other pieces do the same on the CPU (app.engine.cpu_attention, app.engine.rowexact). Its cost
+grows with every row, though, so prompts (DEQUANTIZE_FROM_ROWS rows or more, never a decoding or
+verifying step) dequantize the weights to bf16 a chunk at a time for one bf16 product instead.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ log = logging.getLogger(__name__)
 
 GROUP = INT4_GROUP
 PACK_ROWS = 64
+# Prompts: from this many rows on, the weights are dequantized to bf16 for one bf16 product, which
+# costs less than the kernel's, whose cost grows with every row (on Gemma 3 270M's matrices about
+# equal at 128 rows, 2-3x less at 512). Decoding and verifying (at most 32 rows) keep the kernel.
+DEQUANTIZE_FROM_ROWS = 128
+_DEQUANTIZE_CHUNK = 1 << 20  # weights dequantized at a time: 4 MB of float32
 # ggml type -> (bytes per block, levels of u)
 _BLOCKS = {
     "Q4_0": (18, 16), "Q4_1": (20, 16), "Q4_K": (144, 16),
@@ -142,15 +149,40 @@ class Int4Linear(torch.nn.Module):
         rows = x.reshape(-1, self.in_features)
         if rows.dtype != torch.bfloat16:
             rows = rows.to(torch.bfloat16)
-        y = sum_passes([torch._weight_int4pack_mm_for_cpu(rows, getattr(self, f"packed{i}"), GROUP,
-                                                          getattr(self, f"scales_zeros{i}"))
-                        for i in range(self.n_passes)])
+        if rows.shape[0] >= DEQUANTIZE_FROM_ROWS and self.out_features % PACK_ROWS == 0 and layout_is_known():
+            y = self._dequantized_product(rows)
+        else:
+            y = sum_passes([torch._weight_int4pack_mm_for_cpu(rows, getattr(self, f"packed{i}"), GROUP,
+                                                              getattr(self, f"scales_zeros{i}"))
+                            for i in range(self.n_passes)])
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, passes={self.n_passes}"
+
+    def _dequantized_product(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows W^T with W dequantized to bf16 a chunk of output rows at a time (never whole)."""
+        step = max(PACK_ROWS, _DEQUANTIZE_CHUNK // self.in_features // PACK_ROWS * PACK_ROWS)
+        return torch.cat([torch.nn.functional.linear(rows, self.dequantized(first, min(first + step, self.out_features)))
+                          for first in range(0, self.out_features, step)], dim=-1)
+
+    def dequantized(self, first: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Weight rows [first, stop) in bf16 (both multiples of 64 but the end): each pass's
+        (q - 8) * scale + zero with the kernel's bf16 scales and zeros, added in float32."""
+        stop = self.out_features if stop is None else stop
+        n, k = stop - first, self.in_features
+        total = None
+        for i in range(self.n_passes):
+            # Per 64-row block and per k, 32 bytes: rows 0-31 in the low nibbles, 32-63 in the high.
+            packed = getattr(self, f"packed{i}")[first:stop].view(-1, k, PACK_ROWS // 2)
+            q = torch.stack((packed & 0x0F, packed >> 4), dim=1).transpose(2, 3).reshape(n, k // GROUP, GROUP)
+            scales_zeros = getattr(self, f"scales_zeros{i}")[:, first:stop].float()  # [G, n, 2]
+            scale, zero = (scales_zeros[..., j].T.contiguous().unsqueeze(-1) for j in (0, 1))  # [n, G, 1]
+            weights = q.float().mul_(scale).add_(zero.sub_(scale, alpha=8))
+            total = weights if total is None else total.add_(weights)
+        return total.reshape(n, k).to(torch.bfloat16)
 
 
 def sum_passes(parts: list[torch.Tensor]) -> torch.Tensor:
