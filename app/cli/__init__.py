@@ -29,7 +29,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers of the main model computed on the GPU (99 = all; default: all when there is a GPU)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: bf16 where the device does it well)")
-    parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
+    parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
     if draft:
         group = parser.add_mutually_exclusive_group()
         group.add_argument("-md", "--model-draft", help="draft model: a GGUF file with the main model's vocabulary")

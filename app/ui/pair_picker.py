@@ -58,7 +58,7 @@ class PairPicker(QWidget):
         self.int4_check = QCheckBox("Keep weights quantized (int4)")
         self.int4_check.setChecked(True)
         self.int4_check.setToolTip(
-            "On the CPU in bf16, Q4/Q5/Q8 weights stay as the file stores them and run on torch's "
+            "On the CPU in bf16, Q4/Q5/Q6/Q8 weights stay as the file stores them and run on torch's "
             "int4 kernel: about a third of the memory and about twice the speed without drafts. "
             "Unchecked, every weight is dequantized to bf16, which verifies long drafts (prompt "
             "lookup on repetitive text) more cheaply. Either way the reply is the model's own."
