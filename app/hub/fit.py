@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
-from app.engine.machine import cpu_has_fast_bf16, int4_enabled, memory_limit_bytes, ram_total
+from app.engine.machine import cpu_has_fast_bf16, keeps_int4, memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | 
     dtype = dtype or default_dtype(gpu)
     n_ctx = n_ctx or min(info.context_length or DEFAULT_CTX, DEFAULT_CTX)
     # On the CPU in bf16 the engine keeps quantized weights quantized (app.engine.quantlinear).
-    int4 = gpu is None and dtype in ("bfloat16", "bf16") and int4_enabled()
+    int4 = keeps_int4(dtype, on_cpu=gpu is None)
     weights = info.memory_bytes(dtype, int4=int4)
     kv = info.kv_bytes_per_token(dtype, cpu=gpu is None) * n_ctx
     in_flight = max((t.n_elements for t in info.tensors), default=0) * 4

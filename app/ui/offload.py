@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
-from app.engine.machine import int4_enabled
+from app.engine.machine import keeps_int4
 from app.ui.style import small_muted_label
 
 KV_TOKENS = 4096  # the KV estimate is shown for this many tokens of context
@@ -104,7 +104,7 @@ class OffloadControl(QWidget):
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
         devices = self._devices or {}
         dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
-        int4 = self._int4 and not gpu_layers and dtype == "bfloat16" and int4_enabled()  # as the loader decides
+        int4 = self._int4 and keeps_int4(dtype, on_cpu=not gpu_layers)
         weights = info.memory_bytes(dtype, int4=int4)
         kv = info.kv_bytes_per_token(dtype, cpu=not gpu_layers) * KV_TOKENS
         kind = f"{dtype} + int4" if int4 else dtype
