@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from app.engine.cpu_attention import NAME, ROW_BY_ROW, float32_attention
+from app.engine.cpu.attention import NAME, ROW_BY_ROW, float32_attention
 from app.engine.loader import load_model
 
 
@@ -107,7 +107,7 @@ def test_the_float32_cache_holds_the_bf16_states_and_changes_no_result(tiny_path
 
 
 def test_each_row_sees_one_range_of_keys():
-    from app.engine.cpu_attention import _visible_ranges
+    from app.engine.cpu.attention import _visible_ranges
 
     assert _visible_ranges(None, 3, 10) == [(0, 8), (0, 9), (0, 10)]
     window = torch.zeros(1, 1, 2, 10, dtype=torch.bool)

@@ -165,7 +165,7 @@ def test_fit_uses_the_engines_estimate(hub_files, monkeypatch):
     assert roomy.fits and roomy.where == "cpu" and roomy.need_bytes == need and roomy.gpu_layers is None
     tight = fits_this_machine(info, n_ctx=n_ctx, dtype="float32", machine=MachineMemory(need - 1, 1 << 34, None))
     assert not tight.fits and tight.reason.startswith("too big")
-    # A bf16 model on the CPU caches keys and values in float32 (app.engine.cpu_attention).
+    # A bf16 model on the CPU caches keys and values in float32 (app.engine.cpu.attention).
     bf16 = fits_this_machine(info, n_ctx=n_ctx, dtype="bfloat16", machine=MachineMemory(1 << 34, 1 << 34, None))
     assert bf16.kv_bytes == kv
     gpu = MachineMemory(1 << 34, 1 << 34, GpuMemory("Test GPU", 1 << 34, 1 << 34))

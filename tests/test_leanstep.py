@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.leanstep import MAX_TOKENS, LeanStack
+from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack
 from app.engine.loader import load_model
 
 README_TEXT = (__import__("pathlib").Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from app.engine import quantlinear
+from app.engine.cpu import layout, quantlinear
 from app.engine.fastload import _dequantize, _read
 from app.engine.gguf_info import read_gguf_info
 from app.engine.loader import load_model
-from app.engine.quantlinear import Int4Linear, group_affine, group_integers, pack_linear, pack_passes
+from app.engine.cpu.quantlinear import Int4Linear, group_affine, group_integers, pack_linear, pack_passes
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
 WRITABLE_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
@@ -80,6 +80,8 @@ def test_k_quant_tensors_of_the_real_gemma_file_rebuild_exactly(demo_path, ggml_
 @requires_int4
 @pytest.mark.parametrize("ggml_type", [*WRITABLE_TYPES, "Q5_K", "Q6_K"])
 def test_int4_linear_matches_the_dequantized_product_and_each_row_stands_alone(ggml_type):
+    if not quantlinear.layout_is_known():
+        pytest.skip("torch's int4 layout is not of the known form here: prompts keep the kernel")
     raw, shape = _raw(ggml_type)
     weights = _dequantize(raw, ggml_type, shape)
     bias = torch.nn.Parameter(torch.randn(192).to(torch.bfloat16), requires_grad=False)
@@ -104,6 +106,8 @@ def test_int4_linear_matches_the_dequantized_product_and_each_row_stands_alone(g
 def test_prompts_take_one_product_of_the_dequantized_weights(ggml_type, monkeypatch):
     """From DEQUANTIZE_FROM_ROWS rows on (prompts), the weights are dequantized a chunk of rows at a
     time and multiplied in bf16: the file's weights, as the kernel holds them."""
+    if not quantlinear.layout_is_known():
+        pytest.skip("torch's int4 layout is not of the known form here: prompts keep the kernel")
     raw, shape = _raw(ggml_type)
     weights = _dequantize(raw, ggml_type, shape)
     bias = torch.nn.Parameter(torch.randn(192).to(torch.bfloat16), requires_grad=False)
@@ -204,10 +208,28 @@ def test_the_memory_estimate_follows_what_an_int4_load_holds(demo_path, name):
 @requires_int4
 @pytest.mark.parametrize("shape", [(64, 32), (256, 128), (128, 1536)])
 def test_our_packing_writes_torchs_own_int4_layout(shape):
-    if not quantlinear.layout_is_known():
-        pytest.skip("this torch packs another layout on this CPU: its converter is used instead")
+    packing = layout.learned()
+    if packing is None:
+        pytest.skip("the probe found no layout of the known form on this CPU: torch's converter is used")
     q = torch.randint(0, 16, shape, generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
-    assert torch.equal(quantlinear._pack_blocks(q), torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+    packed = packing.pack(q)
+    assert torch.equal(packed, torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+    assert torch.equal(packing.unpack(packed, shape[1]), q)
+
+
+@requires_int4
+def test_the_layout_probe_finds_the_form_of_this_cpus_kernels():
+    """AVX-512 packs blocks of 64 rows, AVX2 blocks of 32 split 16/16, torch's scalar kernels pair
+    neighbouring rows; whichever this process runs, the probe finds a layout that reproduces it."""
+    packing = layout.learned()
+    capability = torch.backends.cpu.get_cpu_capability()
+    if packing is None:
+        pytest.skip(f"no layout of the known form under {capability}: the converter is used")
+    assert layout.ROW_UNIT % packing.block_rows == 0
+    assert sorted(packing.low + packing.high) == list(range(packing.block_rows))
+    expected_blocks = {"AVX512": 64, "AVX2": 32, "DEFAULT": 32}.get(capability)
+    if expected_blocks is not None:
+        assert packing.block_rows == expected_blocks
 
 
 @requires_int4

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from app.engine.loader import load_model
-from app.engine.quantlinear import Int4Linear
-from app.engine.rowexact import MAX_BYTES, MAX_ROWS, RowExactLinear, wrap_linears
+from app.engine.cpu.quantlinear import Int4Linear
+from app.engine.cpu.rowexact import MAX_BYTES, MAX_ROWS, RowExactLinear, wrap_linears
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from app.engine import quantlinear
+from app.engine.cpu import quantlinear
 from app.engine.fastload import _dequantize
 from app.engine.loader import load_model
-from app.engine.quantlinear import Int4Linear, pack_passes
-from app.engine.screen import ScreenedHead, can_screen
+from app.engine.cpu.quantlinear import Int4Linear, pack_passes
+from app.engine.cpu.screen import ScreenedHead, can_screen
 
 pytestmark = pytest.mark.skipif(
     not quantlinear.int4_available() or not quantlinear.layout_is_known(),

@@ -222,7 +222,7 @@ def write_foreign_vocab_model(path):
 
 
 def test_the_pair_spec_chooses_int4_or_dequantized_weights(qtbot, host, tiny_paths):
-    from app.engine import quantlinear
+    from app.engine.cpu import quantlinear
 
     if not quantlinear.int4_available():
         pytest.skip("this torch has no CPU int4 kernel")

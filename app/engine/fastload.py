@@ -39,7 +39,7 @@ from transformers.integrations.gguf import dequant as torch_dequant
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
-from app.engine import quantlinear
+from app.engine.cpu import quantlinear
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
 
@@ -140,7 +140,7 @@ def load_weights(
 ) -> None:
     """Fill `model`'s parameters from the file, in place, one tensor (or block of rows) in flight.
     With `int4`, the layers' linear weights in a 4-to-8-bit GGUF type keep their integers and run
-    torch's int4 kernel instead (app.engine.quantlinear); their bf16 parameters are never written.
+    torch's int4 kernel instead (app.engine.cpu.quantlinear); their bf16 parameters are never written.
 
     Tensors are read with plain reads rather than a memory map so that the file's pages do not
     count against the process while it loads."""
@@ -208,7 +208,7 @@ def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
     rows, k = tensor.shape
     step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
     if not quantlinear.layout_is_known():
-        step = rows  # an unknown layout may not keep blocks of 64 rows apart: pack in one go
+        step = rows  # an unknown layout may not keep blocks of rows apart: pack in one go
     # Written block by block into the final tensors: the kernel packs each 64 rows on their own,
     # and holding the blocks to join them would double the head in memory while loading.
     passes = [(torch.empty(rows, k // 2, dtype=torch.uint8),
@@ -286,7 +286,7 @@ def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) 
 def build_model(info: GGUFInfo, dtype: torch.dtype, progress: ProgressCallback | None = None,
                 cancel: CancelCheck | None = None, int4: bool = False) -> torch.nn.Module:
     """The model in `dtype`; with `int4` (bf16 on the CPU only) quantized layer weights stay
-    quantized (app.engine.quantlinear)."""
+    quantized (app.engine.cpu.quantlinear)."""
     config = build_config(info)
     with no_init_weights():  # every parameter is overwritten from the file
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)

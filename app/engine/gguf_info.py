@@ -139,7 +139,7 @@ class TensorInfo:
     offset: int  # relative to the start of the data section
 
 
-# GGUF types whose integers torch's int4 CPU kernel runs directly (app.engine.quantlinear), and
+# GGUF types whose integers torch's int4 CPU kernel runs directly (app.engine.cpu.quantlinear), and
 # how many 4-bit passes each takes; each pass holds 0.5 byte per weight plus a bf16 scale and zero
 # per group of 32 (0.125 byte per weight).
 INT4_PASSES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q5_0": 2, "Q5_1": 2, "Q5_K": 2, "Q8_0": 2, "Q6_K": 4}
@@ -223,7 +223,7 @@ class GGUFInfo:
 
     def kv_bytes_per_token(self, dtype: str = "bfloat16", cpu: bool = False) -> int:
         """KV cache bytes per token of context: keys + values over every layer's KV heads. On the
-        CPU a half-precision model caches them in float32 (app.engine.cpu_attention)."""
+        CPU a half-precision model caches them in float32 (app.engine.cpu.attention)."""
         md, arch = self.metadata, self.architecture
         k_len = _as_int(md.get(f"{arch}.attention.key_length")) or self.head_dim
         v_len = _as_int(md.get(f"{arch}.attention.value_length")) or k_len

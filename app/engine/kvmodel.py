@@ -12,10 +12,10 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from app.engine.cpu_attention import float32_cache, uses_cpu_attention
-from app.engine.leanstep import MAX_TOKENS, LeanStack
-from app.engine.quantlinear import Int4Linear
-from app.engine.screen import ScreenedHead, can_screen
+from app.engine.cpu.attention import float32_cache, uses_cpu_attention
+from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack
+from app.engine.cpu.quantlinear import Int4Linear
+from app.engine.cpu.screen import ScreenedHead, can_screen
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -40,7 +40,7 @@ class KVModel:
         self._rowwise_head = isinstance(head, Int4Linear)
         self._softcap = getattr(model.config, "final_logit_softcapping", None)
         # With a bf16 twin of the int4 head (a tied embedding) and no soft cap, greedy verifies
-        # find each position's argmax by screening (app.engine.screen), exactly.
+        # find each position's argmax by screening (app.engine.cpu.screen), exactly.
         table = getattr(model.get_input_embeddings(), "weight", None)
         self._screen = ScreenedHead(head, table) if self._softcap is None and can_screen(head, table) else None
         # A few new tokens (decoding, verifying) skip transformers' module tree where it can be.
@@ -55,7 +55,7 @@ class KVModel:
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
         if uses_cpu_attention(self.model):
-            float32_cache(cache)  # what that attention computes in: app.engine.cpu_attention
+            float32_cache(cache)  # what that attention computes in: app.engine.cpu.attention
         return cache
 
     def reset(self) -> None:

@@ -20,13 +20,14 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-from app.engine import fastload, quantlinear
-from app.engine.cpu_attention import use_cpu_attention
+from app.engine import fastload
+from app.engine.cpu import quantlinear
+from app.engine.cpu.attention import use_cpu_attention
 from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import GGUFInfo, format_bytes, int4_packable, read_gguf_info, read_tensor
 from app.engine.machine import memory_limit_bytes
-from app.engine.rowexact import wrap_linears
+from app.engine.cpu.rowexact import wrap_linears
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
 
@@ -168,8 +169,8 @@ def load_model(
         raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
     model.eval()
     if plan.gpu is None and plan.dtype != torch.float32:
-        use_cpu_attention(model, row_by_row=plan.int4)  # float32 attention: app.engine.cpu_attention
-    if plan.int4:  # the matrices left in bf16 verify row-exactly too: app.engine.rowexact
+        use_cpu_attention(model, row_by_row=plan.int4)  # float32 attention: app.engine.cpu.attention
+    if plan.int4:  # the matrices left in bf16 verify row-exactly too: app.engine.cpu.rowexact
         wrap_linears(getattr(model, model.base_model_prefix).layers)
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
     rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)

@@ -58,7 +58,7 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def int4_enabled() -> bool:
-    """Whether quantized weights may stay quantized on a bf16 CPU load (app.engine.quantlinear);
+    """Whether quantized weights may stay quantized on a bf16 CPU load (app.engine.cpu.quantlinear);
     SPECULA_INT4=0 turns it off. Torch-free, so that the hub's fit check follows it too."""
     return os.environ.get("SPECULA_INT4", "1").strip().lower() not in ("0", "no", "off", "false")
 

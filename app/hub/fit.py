@@ -115,7 +115,7 @@ def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | 
     gpu = machine.gpu
     dtype = dtype or default_dtype(gpu)
     n_ctx = n_ctx or min(info.context_length or DEFAULT_CTX, DEFAULT_CTX)
-    # On the CPU in bf16 the engine keeps quantized weights quantized (app.engine.quantlinear).
+    # On the CPU in bf16 the engine keeps quantized weights quantized (app.engine.cpu.quantlinear).
     int4 = keeps_int4(dtype, on_cpu=gpu is None)
     weights = info.memory_bytes(dtype, int4=int4)
     kv = info.kv_bytes_per_token(dtype, cpu=gpu is None) * n_ctx

@@ -23,7 +23,7 @@ class PairSpec:
     main_gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
     dtype: str = "auto"  # weights once loaded: auto (bf16 where the device does it well), float32, ...
-    int4: bool = True  # on a bf16 CPU load, keep Q4/Q5/Q6/Q8 weights quantized (app.engine.quantlinear)
+    int4: bool = True  # on a bf16 CPU load, keep Q4/Q5/Q6/Q8 weights quantized (app.engine.cpu.quantlinear)
 
     def __post_init__(self) -> None:
         if self.drafter not in (NONE, LOOKUP, MODEL):

@@ -1,7 +1,7 @@
 """The exact argmax of an int4 output projection at many positions, screened by its bf16 twin.
 
 Plain decoding reads the output projection once per token, and the int4 kernel reads it fastest
-(app.engine.quantlinear). But that kernel costs the same for every row it computes, so verifying
+(app.engine.cpu.quantlinear). But that kernel costs the same for every row it computes, so verifying
 k drafted tokens would read a 262k-token projection k+1 times. A bf16 product of k+1 rows costs
 about twice one row, and a tied embedding already has its bf16 table. So a verify:
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known, sum_passes
+from app.engine.cpu.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known, sum_passes
 
 _SAFETY = 1.25
 _BF16_ROUNDING = 2.0**-9  # relative, round to nearest
@@ -33,7 +33,8 @@ _F32_EPS = 2.0**-24
 
 
 def can_screen(head: torch.nn.Module, table: torch.Tensor | None) -> bool:
-    """Gathering whole packed blocks needs torch's 64-row layout (checked once per process)."""
+    """Gathering whole blocks of 64 rows needs a known layout (learned once per process: its
+    blocks divide 64, so a gathered block is whole blocks of the kernel's)."""
     return (isinstance(head, Int4Linear) and layout_is_known() and table is not None and table.dtype == torch.bfloat16
             and tuple(table.shape) == (head.out_features, head.in_features)
             and head.out_features % PACK_ROWS == 0 and head.bias is None)

@@ -1,7 +1,7 @@
 """bf16 linears that compute each of a few rows exactly as that row alone would.
 
-With int4 weights (app.engine.quantlinear) most matrices of a layer are computed row by row by
-torch's int4 kernel, and attention takes one position at a time (app.engine.cpu_attention), so a
+With int4 weights (app.engine.cpu.quantlinear) most matrices of a layer are computed row by row by
+torch's int4 kernel, and attention takes one position at a time (app.engine.cpu.attention), so a
 verify of k drafts gives bit for bit the rows of k one-token steps. The matrices left in bf16
 (types the kernel cannot run: F16, BF16, Q2_K, Q3_K...) go through torch's bf16 GEMM, which takes
 another kernel for several rows than for one. The two differ in their order of accumulation and,
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.cpu_attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
+from app.engine.cpu.attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
 
 MAX_BYTES = 8 << 20
 

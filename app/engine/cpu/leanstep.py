@@ -10,7 +10,7 @@ Supported: Llama-like models (llama, qwen2) without sliding windows, and Gemma 3
 LeanStack.for_model returns None for anything else, and the model's own forward is used.
 
 Every position attends to exactly the keys it sees; on int4 loads one position at a time, as in
-app.engine.cpu_attention, so that a verify of k drafts computes bit for bit what k one-token
+app.engine.cpu.attention, so that a verify of k drafts computes bit for bit what k one-token
 steps do.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from app.engine.cpu_attention import ROW_BY_ROW, ROW_BY_ROW_QUERIES, uses_cpu_attention
+from app.engine.cpu.attention import ROW_BY_ROW, ROW_BY_ROW_QUERIES, uses_cpu_attention
 
 MAX_TOKENS = ROW_BY_ROW_QUERIES
 _LLAMA_LIKE = {"llama", "qwen2"}

@@ -14,27 +14,27 @@ by the kernel, as a bf16 copy of the weights would round them.
 
 The kernel computes each input row on its own, so in these layers a k+1 token verify gives each
 position the same bits as one-token decoding (tests/test_quantlinear.py checks it); the model's
-other pieces do the same on the CPU (app.engine.cpu_attention, app.engine.rowexact). Its cost
+other pieces do the same on the CPU (app.engine.cpu.attention, app.engine.cpu.rowexact). Its cost
 grows with every row, though, so prompts (DEQUANTIZE_FROM_ROWS rows or more, never a decoding or
 verifying step) dequantize the weights to bf16 a chunk at a time for one bf16 product instead.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import gguf
 import numpy as np
 import torch
 
+from app.engine.cpu import layout
 from app.engine.gguf_info import INT4_GROUP, INT4_PASSES
 from app.engine.machine import int4_enabled
 
 log = logging.getLogger(__name__)
 
 GROUP = INT4_GROUP
-PACK_ROWS = 64
+PACK_ROWS = layout.ROW_UNIT  # rows handled together (head blocks, dequantized chunks)
 # Prompts: from this many rows on, the weights are dequantized to bf16 for one bf16 product, which
 # costs less than the kernel's, whose cost grows with every row (on Gemma 3 270M's matrices about
 # equal at 128 rows, 2-3x less at 512). Decoding and verifying (at most 32 rows) keep the kernel.
@@ -53,9 +53,7 @@ assert set(_BLOCKS) == set(INT4_PASSES)
 
 def int4_available() -> bool:
     """torch's CPU int4 kernels exist (torch >= 2.6) and the user has not turned them off."""
-    if not int4_enabled():
-        return False
-    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+    return int4_enabled() and layout.kernel_exists()
 
 
 def group_affine(raw: np.ndarray, ggml_type: str) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +147,7 @@ class Int4Linear(torch.nn.Module):
         rows = x.reshape(-1, self.in_features)
         if rows.dtype != torch.bfloat16:
             rows = rows.to(torch.bfloat16)
-        if rows.shape[0] >= DEQUANTIZE_FROM_ROWS and self.out_features % PACK_ROWS == 0 and layout_is_known():
+        if rows.shape[0] >= DEQUANTIZE_FROM_ROWS and self.can_dequantize():
             y = self._dequantized_product(rows)
         else:
             y = sum_passes([torch._weight_int4pack_mm_for_cpu(rows, getattr(self, f"packed{i}"), GROUP,
@@ -168,16 +166,23 @@ class Int4Linear(torch.nn.Module):
         return torch.cat([torch.nn.functional.linear(rows, self.dequantized(first, min(first + step, self.out_features)))
                           for first in range(0, self.out_features, step)], dim=-1)
 
+    def can_dequantize(self) -> bool:
+        """Rows can be read back from the packing: the layout is known and every block is whole
+        (a partial last block is packed by torch's converter in another form)."""
+        packing = layout.learned()
+        return packing is not None and self.out_features % packing.block_rows == 0
+
     def dequantized(self, first: int = 0, stop: int | None = None) -> torch.Tensor:
-        """Weight rows [first, stop) in bf16 (both multiples of 64 but the end): each pass's
-        (q - 8) * scale + zero with the kernel's bf16 scales and zeros, added in float32."""
+        """Weight rows [first, stop) in bf16 (both multiples of 64 but the end; needs the learned
+        layout): each pass's (q - 8) * scale + zero with the kernel's bf16 scales and zeros, added
+        in float32."""
         stop = self.out_features if stop is None else stop
         n, k = stop - first, self.in_features
+        packing = layout.learned()
+        assert packing is not None, "dequantized() needs torch's int4 layout (layout.learned())"
         total = None
         for i in range(self.n_passes):
-            # Per 64-row block and per k, 32 bytes: rows 0-31 in the low nibbles, 32-63 in the high.
-            packed = getattr(self, f"packed{i}")[first:stop].view(-1, k, PACK_ROWS // 2)
-            q = torch.stack((packed & 0x0F, packed >> 4), dim=1).transpose(2, 3).reshape(n, k // GROUP, GROUP)
+            q = packing.unpack(getattr(self, f"packed{i}")[first:stop], k).view(n, k // GROUP, GROUP)
             scales_zeros = getattr(self, f"scales_zeros{i}")[:, first:stop].float()  # [G, n, 2]
             scale, zero = (scales_zeros[..., j].T.contiguous().unsqueeze(-1) for j in (0, 1))  # [n, G, 1]
             weights = q.float().mul_(scale).add_(zero.sub_(scale, alpha=8))
@@ -188,7 +193,7 @@ class Int4Linear(torch.nn.Module):
 def sum_passes(parts: list[torch.Tensor]) -> torch.Tensor:
     """The passes' bf16 products added in float32 and rounded once (for two, bf16 + bf16 is formed
     in float32 and rounded once as well). Every caller adds them this way, so that a product of
-    some vocabulary blocks (app.engine.screen) gives the whole projection's bits."""
+    some vocabulary blocks (app.engine.cpu.screen) gives the whole projection's bits."""
     if len(parts) == 1:
         return parts[0]
     if len(parts) == 2:
@@ -203,29 +208,16 @@ def _pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[tor
     """q [N, K] in 0..15 (uint8), scale and zero [N, K/32] -> the kernel's packed weight and
     [K/32, N, 2]."""
     scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
-    if q.shape[0] % PACK_ROWS == 0 and layout_is_known():
-        return _pack_blocks(q), scales_zeros
+    packing = layout.learned()
+    if packing is not None and q.shape[0] % packing.block_rows == 0:
+        return packing.pack(q), scales_zeros
     return torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1), scales_zeros
 
 
-def _pack_blocks(q: torch.Tensor) -> torch.Tensor:
-    """torch's CPU int4 layout, written straight from uint8 (its converter wants int32, 4x the
-    memory traffic): per block of 64 rows and per k, 32 bytes whose low nibbles are rows 0-31 of
-    the block and high nibbles rows 32-63."""
-    n, k = q.shape
-    halves = q.to(torch.uint8).view(n // PACK_ROWS, 2, PACK_ROWS // 2, k)
-    return (halves[:, 0] | (halves[:, 1] << 4)).transpose(1, 2).contiguous().view(n, k // 2)
-
-
-@functools.cache
 def layout_is_known() -> bool:
-    """Checked once per process against torch's own converter, so that a torch with another
-    layout falls back to the converter instead of computing with scrambled weights."""
-    q = torch.randint(0, 16, (2 * PACK_ROWS, 2 * GROUP), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
-    same = torch.equal(_pack_blocks(q), torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
-    if not same:
-        log.warning("torch's int4 packing layout changed; using its converter")
-    return same
+    """Whether this process learned torch's int4 layout (app.engine.cpu.layout): the fast
+    packing, the dequantized prompt product and head screening need it."""
+    return layout.learned() is not None
 
 
 Passes = list[tuple[torch.Tensor, torch.Tensor]]
