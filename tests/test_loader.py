@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import device as device_module
-from app.engine.device import DevicePlan, apply_plan, cpu_has_fast_bf16, resolve_plan
+from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import (
     DeviceError,
     InsufficientMemoryError,
@@ -185,13 +185,11 @@ def test_cancel_then_a_normal_load_works(tiny_paths, first_stage):
 # Device plan
 
 
-def test_auto_dtype_on_cpu_follows_bf16_support(monkeypatch):
-    expected = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+def test_auto_dtype_on_cpu_is_never_read_from_a_cpu_flag():
+    # Before the loader measures the plan (tests/test_plan.py), auto on the CPU is float32, the
+    # exact choice, whatever the CPU's flags say.
     plan = resolve_plan(4, device="cpu")
-    assert plan == DevicePlan(gpu=None, dtype=expected, n_gpu_layers=0, n_layers=4)
-    for fast, dtype in ((True, torch.bfloat16), (False, torch.float32)):
-        monkeypatch.setattr(device_module, "cpu_has_fast_bf16", lambda fast=fast: fast)
-        assert resolve_plan(4, device="cpu", dtype="auto").dtype == dtype
+    assert plan == DevicePlan(gpu=None, dtype=torch.float32, n_gpu_layers=0, n_layers=4)
 
 
 @pytest.mark.parametrize("name,dtype", [
@@ -215,9 +213,8 @@ def test_ngl_zero_runs_on_cpu():
 
 
 def test_ngl_zero_auto_dtype_is_the_cpu_one():
-    # Even where there is a GPU, -ngl 0 computes on the CPU, so auto picks the CPU's dtype.
-    expected = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
-    assert resolve_plan(6, n_gpu_layers=0).dtype == expected
+    # Even where there is a GPU, -ngl 0 computes on the CPU, so auto is the CPU's (measured later).
+    assert resolve_plan(6, n_gpu_layers=0).dtype == torch.float32
 
 
 @pytest.mark.parametrize("kwargs", [

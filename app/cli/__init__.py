@@ -28,7 +28,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("-c", "--ctx-size", type=int, default=0, help="context size of the main model (0 = the model's own)")
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers of the main model computed on the GPU (99 = all; default: all when there is a GPU)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: bf16 where the device does it well)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: on a GPU bf16 or f16; on the CPU the plan measured fastest here, see `specula calibrate`)")
     parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
     if draft:
         group = parser.add_mutually_exclusive_group()
@@ -53,7 +53,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_pre
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_args, compare, desktop, hub, info, run, serve
+    from app.cli import bench_args, calibrate, compare, desktop, hub, info, run, serve
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     run.register(sub)
     info.register(sub)
+    calibrate.register(sub)
     bench_args.register(sub)
     bench_args.register_gpu(sub)
     compare.register(sub)

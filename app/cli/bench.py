@@ -82,17 +82,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         drafter = load_drafter(args, main)
         drafters[drafter.name] = drafter
         draft_model = drafter.draft.model
-    # (row suffix, main model, its drafters): with --both-weights, the same file once more with
-    # every weight dequantized, so that both forms are measured in one run.
+    # (row suffix, main model, its drafters): with --plans (or --both-weights), the same file once
+    # more in each plan asked for, so that the plans are measured side by side in one run.
     forms = [("", main, drafters)]
-    if args.both_weights and main.plan.int4:
-        dequantized = load_main(argparse.Namespace(**{**vars(args), "no_int4": True}))
-        forms.append((" [dequant]", dequantized, {**drafters, NONE: make_drafter(dequantized, NONE),
-                                                   LOOKUP: make_drafter(dequantized, LOOKUP)}))
-    print(f"# {main.name} on {main.plan.describe()}, greedy, n={args.n_predict}, draft-max={args.draft_max} "
-          f"({'fixed' if args.draft_fixed else 'adaptive'}), "
-          f"torch threads={torch.get_num_threads()}"
-          + ("; rows marked [dequant]: every weight dequantized to bf16" if len(forms) > 1 else ""))
+    for plan_name in _extra_plans(args, main):
+        other = load_main(argparse.Namespace(**{**vars(args), **_PLAN_FLAGS[plan_name]}))
+        forms.append((f" [{plan_name}]", other, {**drafters, NONE: make_drafter(other, NONE),
+                                                 LOOKUP: make_drafter(other, LOOKUP)}))
+    print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
+          f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
+          f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+          + ("; rows marked [plan]: the same file in that plan" if len(forms) > 1 else ""))
     # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
     # drafter once on a short reply before timing anything.
     warm = DecodeSettings(**{**settings.__dict__, "max_new_tokens": 24})
@@ -133,6 +133,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([asdict(r) for r in rows], handle, indent=2)
     return 0
+
+
+# What `specula run` flags force each CPU plan (app.engine.cpu.plan).
+_PLAN_FLAGS = {
+    "float32": {"dtype": "float32", "no_int4": True},
+    "bf16": {"dtype": "bfloat16", "no_int4": True},
+    "bf16-int4": {"dtype": "bfloat16", "no_int4": False},
+}
+
+
+def _extra_plans(args: argparse.Namespace, main: LoadedModel) -> list[str]:
+    """The plans to run beside the main load: --plans, or --both-weights (the dequantized twin
+    of an int4 load); the plan the main load already runs is not repeated."""
+    names = [n.strip() for n in (args.plans or "").split(",") if n.strip()]
+    if args.both_weights and main.plan.int4:
+        names.append("bf16")
+    unknown = [n for n in names if n not in _PLAN_FLAGS]
+    if unknown:
+        raise SystemExit(f"specula: error: unknown plan {unknown[0]!r} (known: {', '.join(_PLAN_FLAGS)})")
+    current = "bf16-int4" if main.plan.int4 else {torch.float32: "float32", torch.bfloat16: "bf16"}.get(main.plan.dtype)
+    return list(dict.fromkeys(n for n in names if n != current))
 
 
 def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):

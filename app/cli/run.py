@@ -68,8 +68,20 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
 
     return load_model(
         resolve_model_arg(args.model), device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
-        int4=not getattr(args, "no_int4", False),
+        int4=not getattr(args, "no_int4", False), drafter=drafter_kind(args),
     )
+
+
+def drafter_kind(args: argparse.Namespace) -> str:
+    """What will draft, for the measured plan's choice (app.engine.cpu.plan)."""
+    if getattr(args, "model_draft", None):
+        return "draft"
+    return "lookup" if getattr(args, "lookup", False) else "none"
+
+
+def plan_line(model: LoadedModel) -> str:
+    """`plan: CPU, bfloat16 + int4 weights (measured: ...)` for run's summary and bench's header."""
+    return f"plan: {model.plan.describe()} ({model.plan_reason})"
 
 
 def load_drafter(args: argparse.Namespace, main: LoadedModel):
@@ -149,6 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     kv = main.kv_model(args.ctx_size or None)
     summary = stream(generate(kv, main.tokenizer, ids, drafter, settings), args.color)
     print_summary(summary, settings.draft_max)
+    print(plan_line(main), file=sys.stderr)
     if args.json:
         print(json_result(summary))
     return 0

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from app.engine.errors import DeviceError
-from app.engine.machine import cpu_has_fast_bf16
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,9 @@ def auto_dtype(gpu: str | None) -> torch.dtype:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if gpu == "mps":
         return torch.float16
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    # On the CPU the loader measures the plan (app.engine.cpu.plan) for the models it builds
+    # itself; anything else runs in float32, transformers' default and always exact.
+    return torch.float32
 
 
 def resolve_plan(

@@ -7,7 +7,7 @@ prefix is what makes multi-turn chat reuse the cache and keeps a draft model in 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -47,6 +47,9 @@ class KVModel:
         self._lean = LeanStack.for_model(model)
         self.ids: list[int] = []
         self.cache = self._new_cache()
+        # Seconds of a step feeding n tokens, as measured for the model's plan (CostCurve.cost),
+        # when the loader measured one: the draft-length schedule's prior.
+        self.step_cost: Callable[[int], float] | None = None
 
     def _new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)

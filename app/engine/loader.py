@@ -21,7 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import fastload
-from app.engine.cpu import quantlinear
+from app.engine.cpu import calibrate, quantlinear
+from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.attention import use_cpu_attention
 from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
@@ -51,6 +52,14 @@ class LoadedModel:
     plan: DevicePlan
     load_s: float
     rope_fix: str | None = None
+    choice: cpu_plan.PlanChoice | None = None  # how `auto` chose the CPU plan, when it did
+
+    @property
+    def plan_reason(self) -> str:
+        """Why the model runs as it does, for the window, inspect, run and bench."""
+        if self.choice is not None:
+            return self.choice.reason
+        return "as asked" if self.plan.gpu is None else "on the GPU"
 
     @property
     def name(self) -> str:
@@ -58,7 +67,10 @@ class LoadedModel:
 
     def kv_model(self, n_ctx: int | None = None) -> KVModel:
         """A fresh KV cache over this model; n_ctx defaults to the model's context length."""
-        return KVModel(self.model, n_ctx or self.info.context_length or None)
+        kv = KVModel(self.model, n_ctx or self.info.context_length or None)
+        if self.choice is not None and self.choice.curve is not None:
+            kv.step_cost = self.choice.curve.cost
+        return kv
 
 
 def supported_architectures() -> list[str]:
@@ -133,9 +145,12 @@ def load_model(
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
     int4: bool = True,
+    drafter: str = "none",
 ) -> LoadedModel:
     """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
-    int4=False dequantizes every weight to the dtype even where the int4 kernel could run it."""
+    int4=False dequantizes every weight to the dtype even where the int4 kernel could run it.
+    With dtype "auto" on the CPU the plan is measured (app.engine.cpu.plan) for the drafter that
+    will run ("none", "lookup", "draft")."""
     path = Path(path)
     started = time.monotonic()
     report = progress or (lambda stage, fraction: None)
@@ -146,7 +161,11 @@ def load_model(
         plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
     except DeviceError as exc:
         raise DeviceError(f"{path.name}: {exc}") from exc
-    if int4 and fastload.can_fast_load(info):
+    choice = None
+    if dtype == "auto" and _on_cpu(plan) and fastload.can_fast_load(info):
+        choice = choose_cpu_plan(info, drafter, int4=int4, cancel=cancel, progress=report)
+        plan = replace(plan, dtype=choice.option.dtype, int4=choice.option.int4)
+    elif int4 and fastload.can_fast_load(info):
         plan = replace(plan, int4=_use_int4(info, plan))
     check_memory(info, plan)
     name = path.name
@@ -168,17 +187,58 @@ def load_model(
     except Exception as exc:  # transformers raises bare ValueError/KeyError/OSError on bad files
         raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
     model.eval()
-    if plan.gpu is None and plan.dtype != torch.float32:
-        use_cpu_attention(model, row_by_row=plan.int4)  # float32 attention: app.engine.cpu.attention
-    if plan.int4:  # the matrices left in bf16 verify row-exactly too: app.engine.cpu.rowexact
-        wrap_linears(getattr(model, model.base_model_prefix).layers)
+    if plan.gpu is None:
+        prepare_cpu_model(model, plan.dtype, plan.int4)
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
     rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)
     report("placing on device", 1.0)
     model = apply_plan(model, plan)
     elapsed = time.monotonic() - started
     log.info("loaded %s in %.1fs on %s", name, elapsed, plan.describe())
-    return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix)
+    return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix, choice)
+
+
+def prepare_cpu_model(model: torch.nn.Module, dtype: torch.dtype, int4: bool) -> None:
+    """What a CPU model needs after its weights: float32 attention for half precision
+    (app.engine.cpu.attention), row-exact bf16 matrices beside int4 ones (app.engine.cpu.rowexact).
+    The calibration's shaped models get the same."""
+    if dtype != torch.float32:
+        use_cpu_attention(model, row_by_row=int4)
+    if int4:
+        wrap_linears(getattr(model, model.base_model_prefix).layers)
+
+
+def _on_cpu(plan: DevicePlan) -> bool:
+    return plan.gpu is None or plan.n_gpu_layers == 0
+
+
+def cpu_plan_options(info: GGUFInfo, int4: bool = True) -> list[cpu_plan.PlanOption]:
+    """The plans `auto` chooses among for this file: float32 and bf16 always, int4 weights where
+    the kernel runs here, the file has tensors it can run and the user has not turned it off;
+    a plan whose weights do not fit in memory is left out (float32 needs twice bf16's)."""
+    options = [cpu_plan.FLOAT32, cpu_plan.BF16]
+    packable = any(int4_packable(t.ggml_type, t.shape) for t in info.tensors)
+    if int4 and packable and quantlinear.int4_available():
+        options.append(cpu_plan.BF16_INT4)
+    limit = memory_limit_bytes()
+    fitting = [o for o in options if limit is None or estimate_load_bytes(
+        info, DevicePlan(None, o.dtype, 0, info.n_layers, o.int4)) <= limit]
+    return fitting or options[-1:]  # none fits: the smallest, so that check_memory says why
+
+
+def choose_cpu_plan(info: GGUFInfo, drafter: str = "none", *, int4: bool = True, recalibrate: bool = False,
+                    cancel: CancelCheck | None = None,
+                    progress: ProgressCallback | None = None) -> cpu_plan.PlanChoice:
+    """The measured plan for this model and drafter: the cached curves of this machine, torch and
+    model shape, or a calibration of a few seconds (app.engine.cpu.calibrate)."""
+    options = cpu_plan_options(info, int4)
+    curves = None if recalibrate else cpu_plan.cached_curves(info, options)
+    if curves is None:
+        if progress is not None:
+            progress("measuring this CPU (once per model shape)", 0.0)
+        curves = calibrate.measure(info, options, lambda m, o: prepare_cpu_model(m, o.dtype, o.int4), cancel)
+        cpu_plan.store_curves(info, options, curves)
+    return cpu_plan.choose(curves, drafter)
 
 
 def _use_int4(info: GGUFInfo, plan: DevicePlan) -> bool:

@@ -7,7 +7,6 @@ without importing torch, so they live here.
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -44,17 +43,6 @@ def memory_limit_bytes() -> int | None:
 def ram_total() -> int | None:
     found = _meminfo("MemTotal")
     return found if found is not None else _sysconf_bytes("SC_PHYS_PAGES")
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True where bf16 matmuls run natively (AVX512-BF16 or AMX), as on this project's CI CPUs."""
-    if platform.system() != "Linux":
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def int4_enabled() -> bool:

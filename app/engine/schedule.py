@@ -12,8 +12,14 @@ tokens to the main model's verify forward costs. Both sides are measured while g
 A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product of the first j
 rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost a + b * k; the schedule picks the k <= draft_max that maximises E(k) / c(k)
 (the objective of Leviathan et al. 2023, section 3.4, with the cost measured instead of assumed).
-When drafting does not pay it drafts nothing, but still probes with one token every few steps so
-that a copy-heavy stretch of text is noticed. A step that had every draft accepted lets the next
+Before a slope can be fitted (the first steps, or while nothing is drafted) the cost of k drafts
+is the plan's measured curve when the loader measured one (app.engine.cpu.plan): on a CPU whose
+verify cost grows with every token (bf16 without bf16 instructions) drafts start short, where it
+is flat (float32) they start long. When drafting does not pay it drafts nothing, but still probes
+with one token now and then so that a copy-heavy stretch of text is noticed: every few steps
+where a probe is cheap, less often where it is not (at most _PROBE_BUDGET of the time is spent on
+probes), and half as often after each probe that was rejected, so that text with nothing to copy
+runs at the speed of plain decoding. A step that had every draft accepted lets the next
 one draft at least four times as many: acceptance comes in runs, and positions beyond a short draft
 get no new evidence, so stale rejections there would otherwise hold the length down for many steps
 of a copied passage. The draft length never changes what is generated,
@@ -22,12 +28,15 @@ only how fast: outputs stay identical to plain decoding.
 
 from __future__ import annotations
 
-from typing import Protocol
+import math
+from typing import Callable, Protocol
 
 _DECAY = 0.9  # weight of the previous cost estimate per step: about the last 10 steps count
 _TRIAL_DECAY = 0.85  # weight of the previous acceptance counts per drafting step
 _MIN_EVIDENCE = 0.5  # decayed visits below which a draft position has no rate of its own
-_PROBE_EVERY = 4  # steps between one-token probes while drafting does not pay
+_PROBE_EVERY = 4  # fewest steps between one-token probes while drafting does not pay
+_PROBE_BUDGET = 0.02  # share of the time probes may cost
+_PROBE_MAX_INTERVAL = 256  # steps: rejected probes back off up to this
 _PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed: start hopeful (0.9), stay off 0 and 1
 _GROWTH = 4  # after a step with every draft accepted, draft at least this many times as many
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
@@ -57,8 +66,12 @@ class FixedDraftLength:
 class AdaptiveDraftLength:
     """Draft the length with the best expected tokens per second, from measured acceptance and cost."""
 
-    def __init__(self, draft_max: int) -> None:
+    def __init__(self, draft_max: int, verify_cost: Callable[[int], float] | None = None) -> None:
+        """verify_cost(n): seconds of a main-model step feeding n tokens, as measured for the
+        plan (CostCurve.cost), the prior for the cost of drafting until the steps show it."""
         self.draft_max = draft_max
+        self._verify_cost = verify_cost
+        self._failed_probes = 0
         # Per draft position i: decayed counts of "reached" (every earlier draft accepted) and
         # "accepted". Acceptance is bursty - once a copied passage starts, the next tokens are
         # far more likely to be accepted than the first - so each position has its own rate.
@@ -87,14 +100,27 @@ class AdaptiveDraftLength:
         """Acceptance rate of the first draft position."""
         return self.rates()[0] if self.draft_max else 0.0
 
+    def relative_cost(self, k: int) -> float:
+        """A step of k drafts against one of none: the fitted line where the steps show a
+        slope, else the plan's measured curve, else a prior."""
+        slope = self._fit.relative_slope(default=None)
+        if slope is None and self._verify_cost is not None:
+            return self._verify_cost(k + 1) / self._verify_cost(1)
+        return 1.0 + (_PRIOR_SLOPE if slope is None else slope) * k
+
+    def probe_interval(self) -> int:
+        """Steps between one-token probes while drafting does not pay."""
+        cheapest = max(_PROBE_EVERY, math.ceil((self.relative_cost(1) - 1.0) / _PROBE_BUDGET))
+        return min(cheapest << min(self._failed_probes, 8), _PROBE_MAX_INTERVAL)
+
     def length(self, budget: int) -> int:
         k_max = min(self.draft_max, budget)
-        best = best_length_for(self.rates(), self._fit.relative_slope(), k_max)
+        best = best_length_for(self.rates(), self.relative_cost, k_max)
         if self._all_accepted:
             best = max(best, min(_GROWTH * self._all_accepted, k_max))
         if best == 0 and budget > 0:
             self._idle_steps += 1
-            if self._idle_steps >= _PROBE_EVERY:
+            if self._idle_steps >= self.probe_interval():
                 self._idle_steps = 0
                 return 1
         return best
@@ -103,6 +129,10 @@ class AdaptiveDraftLength:
         self._fit.add(n_drafted, step_s)
         if n_drafted == 0:
             return
+        if n_drafted == 1:  # a probe, or a one-token draft: rejected ones back off
+            self._failed_probes = 0 if n_accepted else self._failed_probes + 1
+        elif n_accepted:
+            self._failed_probes = 0
         self._all_accepted = n_drafted if n_accepted >= n_drafted else 0
         for i in range(self.draft_max):  # stale positions drift back towards the prior
             self.reached[i] *= _TRIAL_DECAY
@@ -112,14 +142,16 @@ class AdaptiveDraftLength:
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
 
 
-def best_length_for(rates: list[float], relative_slope: float, k_max: int) -> int:
-    """argmax over k of E(k) / (1 + slope * k) where E(k) = 1 + sum_j prod_{i<=j} rates[i]."""
+def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int) -> int:
+    """argmax over k of E(k) / cost(k) where E(k) = 1 + sum_j prod_{i<=j} rates[i] and cost(k)
+    is a step of k drafts relative to one of none: 1 + slope * k for a number, else the function."""
+    cost = relative_cost if callable(relative_cost) else (lambda k: 1.0 + relative_cost * k)
     best_k, best_rate = 0, 1.0
     expected, run = 1.0, 1.0
     for k in range(1, max(k_max, 0) + 1):
         run *= rates[k - 1]
         expected += run
-        rate = expected / (1.0 + relative_slope * k)
+        rate = expected / cost(k)
         if rate > best_rate * 1.0001:
             best_k, best_rate = k, rate
     return best_k
@@ -152,15 +184,16 @@ class _DecayedLine:
         self.snn = self.snn * _DECAY + n * n
         self.snt = self.snt * _DECAY + n * seconds
 
-    def relative_slope(self) -> float:
-        """b / a: the cost of one more drafted token relative to a step that drafts nothing."""
+    def relative_slope(self, default: float | None = _PRIOR_SLOPE) -> float | None:
+        """b / a: the cost of one more drafted token relative to a step that drafts nothing;
+        `default` while the steps show no slope."""
         if self.w < 2.0:
-            return _PRIOR_SLOPE
+            return default
         var = self.snn / self.w - (self.sn / self.w) ** 2
         if var < 0.25:  # all steps fed about the same number of tokens: no slope to see
-            return _PRIOR_SLOPE
+            return default
         b = (self.snt / self.w - (self.sn / self.w) * (self.st / self.w)) / var
         a = self.st / self.w - b * self.sn / self.w
         if a <= 0:
-            return _PRIOR_SLOPE
+            return default
         return min(max(b / a, 0.005), 2.0)

@@ -156,7 +156,8 @@ def generate(
     detok = IncrementalDetokenizer(tokenizer, prompt_ids)
     stops = StopMatcher(settings.stop_strings)
     counters = _Counters()
-    schedule = (AdaptiveDraftLength if settings.adaptive_draft else FixedDraftLength)(settings.draft_max)
+    schedule = (AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None)) if settings.adaptive_draft
+                else FixedDraftLength(settings.draft_max))
 
     t_start = time.monotonic()
     n_reused = min(common_prefix_length(main.ids, prompt_ids), len(prompt_ids) - 1)

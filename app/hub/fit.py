@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
-from app.engine.machine import cpu_has_fast_bf16, keeps_int4, memory_limit_bytes, ram_total
+from app.engine.machine import keeps_int4, memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,10 @@ def machine_memory() -> MachineMemory:
 
 
 def default_dtype(gpu: GpuMemory | None) -> str:
-    """The engine's auto dtype: bf16 on a GPU or a CPU with fast bf16, else float32."""
-    return "bfloat16" if gpu is not None or cpu_has_fast_bf16() else "float32"
+    """The dtype the fit is estimated at: bf16. On a GPU that is the engine's auto dtype; on the
+    CPU `auto` measures the plan (app.engine.cpu.plan), which for plain decoding was bf16 on every
+    CPU measured, and leaves out any plan that does not fit, so bf16 is what must fit."""
+    return "bfloat16"
 
 
 def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | None = None,

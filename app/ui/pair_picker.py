@@ -55,14 +55,16 @@ class PairPicker(QWidget):
         self.main_combo.currentIndexChanged.connect(self._on_main_changed)
         self.main_facts = _small_label()
         self.main_offload = OffloadControl()
-        self.int4_check = QCheckBox("Keep weights quantized (int4)")
+        self.int4_check = QCheckBox("Allow int4 weights")
         self.int4_check.setChecked(True)
         self.int4_check.setToolTip(
-            "On the CPU in bf16, Q4/Q5/Q6/Q8 weights stay as the file stores them and run on torch's "
-            "int4 kernel: about a third of the memory and about twice the speed without drafts. "
-            "Unchecked, every weight is dequantized to bf16, which verifies long drafts (prompt "
-            "lookup on repetitive text) more cheaply. Either way the reply is the model's own."
+            "On the CPU the plan (float32, bf16, or bf16 with Q4/Q5/Q6/Q8 weights kept as the file "
+            "stores them, on torch's int4 kernel) is measured on this machine when a model is first "
+            "loaded, and the fastest is used: the line below says which and why. Unchecked, the "
+            "int4 plan is never chosen. Either way the reply is the model's own."
         )
+        self.plan_label = _small_label("Plan: measured on this CPU when the model loads.")
+        self.plan_label.setWordWrap(True)
         self.int4_check.toggled.connect(self._on_int4_toggled)
 
         self.draft_combo = _combo()
@@ -89,7 +91,7 @@ class PairPicker(QWidget):
 
         main_box = QGroupBox("Main model")
         main_layout = QVBoxLayout(main_box)
-        for widget in (self.main_combo, self.main_facts, self.main_offload, self.int4_check):
+        for widget in (self.main_combo, self.main_facts, self.main_offload, self.int4_check, self.plan_label):
             main_layout.addWidget(widget)
         draft_box = QGroupBox("Draft")
         draft_layout = QVBoxLayout(draft_box)
@@ -214,6 +216,7 @@ class PairPicker(QWidget):
         self.progress.setFormat("loaded")
         self.state_label.setText(loaded_text(facts))
         self.state_label.setToolTip(loaded_text(facts))
+        self.plan_label.setText(plan_text(facts))
 
     def set_failed(self, message: str) -> None:
         self.progress.setValue(0)
@@ -285,6 +288,16 @@ class PairPicker(QWidget):
 
     def _refresh_draft_controls(self) -> None:
         self.draft_offload.setVisible(self.draft_choice()[0] == MODEL)
+
+
+def plan_text(facts: dict[str, Any]) -> str:
+    """What the loaded main model runs as and why; never "int4" unless its weights are int4."""
+    plan = facts.get("main_plan") or "?"
+    reason = facts.get("main_plan_reason")
+    text = f"Plan: {plan}" + (f" — {reason}" if reason else "")
+    if not facts.get("main_int4"):
+        text += " (weights dequantized: no int4)"
+    return text
 
 
 def loaded_text(facts: dict[str, Any]) -> str:

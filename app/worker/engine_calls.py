@@ -58,6 +58,7 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
         check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
     main = load_model(
         spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, int4=spec.int4, cancel=cancel,
+        drafter={MODEL: "draft", LOOKUP: "lookup"}.get(spec.drafter, "none"),
         progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
     )
     draft = None
@@ -84,6 +85,8 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "main_name": main.name,
         "main_path": str(main.path),
         "main_plan": main.plan.describe(),
+        "main_plan_reason": main.plan_reason,
+        "main_int4": main.plan.int4,
         "draft_name": draft.name if draft is not None else None,
         "draft_path": str(draft.path) if draft is not None else None,
         "draft_plan": draft.plan.describe() if draft is not None else None,
@@ -117,7 +120,9 @@ def device_facts() -> dict[str, Any]:
     gpu = available_gpu()
     facts: dict[str, Any] = {
         "gpu": gpu, "name": None, "total_bytes": None, "free_bytes": None, "reason": None,
-        "cpu_dtype": str(auto_dtype(None)).removeprefix("torch."),
+        # Before a load the CPU plan is not known (it is measured then, app.engine.cpu.plan):
+        # estimates are made at bf16, what that plan is for plain decoding on every CPU measured.
+        "cpu_dtype": "bfloat16",
         "gpu_dtype": str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None,
     }
     if gpu == "cuda":

@@ -1,0 +1,169 @@
+"""Measure what a step costs in each plan, for one model's shape, in a few seconds.
+
+Loading the real model three times would take longer than using it (dequantizing is most of a
+load), so each plan is timed on a model of the same config (widths, heads, vocabulary, tensor
+types) whose weights are zeros (dense kernels do not care about values; int4 weights of zero are
+0x88 bytes in any packing layout), set up exactly as the loader sets up a real one
+(app.engine.loader.prepare_cpu_model: int4 layers and head, float32 attention, row-exact
+linears) and driven through the same KVModel. Small models are built whole; a large one with
+_MAX_LAYERS layers, timed with its first layer and with all of them, which gives the cost of a
+layer and of the rest (embedding, head): its step costs rest + n_layers * layer. Each figure is the
+minimum of a few runs: another process on the machine only ever makes a run slower.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.initialization import no_init_weights
+
+from app.engine import fastload
+from app.engine.cpu import quantlinear
+from app.engine.cpu.plan import MEASURED_TOKENS, CostCurve, PlanOption
+from app.engine.errors import LoadCancelled
+from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
+from app.engine.kvmodel import KVModel
+
+log = logging.getLogger(__name__)
+
+_MAX_LAYERS = 8
+_WHOLE_BELOW_BYTES = 2 << 30  # models up to about 1B weights (bf16) are timed whole
+_CONTEXT = 64  # tokens already in the cache when steps are timed: a short chat turn
+_REPEATS = 2
+_TOKENS_USED = 128  # token ids fed while timing: 1.._CONTEXT, then 100..116
+
+
+def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.nn.Module, PlanOption], None],
+            cancel: Callable[[], bool] | None = None) -> dict[str, CostCurve]:
+    """{option name: cost curve of the real model's steps}. `prepare` is the loader's own CPU
+    set-up (float32 attention, row-exact linears) applied to each shaped model."""
+    started = time.monotonic()
+    curves = {}
+    for option in options:
+        model = shaped_model(info, option)
+        prepare(model, option)
+        curves[option.name] = _time_model(model, info.n_layers, cancel)
+        del model
+    log.info("calibrated %s in %.1fs: %s", info.path.name, time.monotonic() - started,
+             {n: [round(s * 1000, 1) for s in c.seconds] for n, c in curves.items()})
+    return curves
+
+
+def shaped_model(info: GGUFInfo, option: PlanOption) -> torch.nn.Module:
+    """The model's config, zero weights, in the option's dtype and weight form; large models
+    with _MAX_LAYERS layers."""
+    config = fastload.build_config(info)
+    whole = info.memory_bytes("bfloat16") <= _WHOLE_BELOW_BYTES
+    layers = info.n_layers if whole else min(_MAX_LAYERS, info.n_layers)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types[:layers])
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=option.dtype)
+    _fill(model)
+    if option.int4:
+        _zero_int4_layers(model, info)
+        _zero_int4_head(model, info)
+    return model.eval()
+
+
+@torch.no_grad()
+def _fill(model: torch.nn.Module) -> None:
+    """Zero weights, but a random embedding and norms that pass it on, so that the final hidden
+    state of a token is its own embedding, normalized: its logits then peak at that token, as a
+    trained model's are peaked, and the int4 head's screening (app.engine.cpu.screen) narrows
+    to a few candidates as it does on real text instead of giving up on a flat row."""
+    for parameter in model.parameters():
+        parameter.zero_()
+    for module in model.modules():
+        name = type(module).__name__
+        if name.endswith("RMSNorm") and not name.startswith("Gemma"):  # Gemma scales by (1 + w)
+            module.weight.fill_(1.0)
+    embedding = model.get_input_embeddings().weight
+    used = embedding[:_TOKENS_USED]  # only the tokens timed: a 262k-row table would take seconds
+    used.copy_(torch.randn(used.shape, generator=torch.Generator().manual_seed(0)))
+
+
+def _zero_int4_layers(model: torch.nn.Module, info: GGUFInfo) -> None:
+    """Each layer linear the loader would pack (app.engine.fastload._pack_into) as an Int4Linear
+    with the file's number of passes, all of zero weights."""
+    names = fastload.gguf_to_hf_names(model, info)
+    types = {t.name: t for t in info.tensors}
+    for gguf_name, hf_name in names.items():
+        tensor = types.get(gguf_name)
+        module_name, _, leaf = hf_name.rpartition(".")
+        if tensor is None or leaf != "weight" or ".layers." not in f".{module_name}":
+            continue
+        linear = model.get_submodule(module_name)
+        if type(linear) is not torch.nn.Linear or not int4_packable(tensor.ggml_type, tensor.shape):
+            continue
+        parent, _, child = module_name.rpartition(".")
+        setattr(model.get_submodule(parent), child, _zero_int4(tensor.ggml_type, *tensor.shape, linear.bias))
+
+
+def _zero_int4_head(model: torch.nn.Module, info: GGUFInfo) -> None:
+    head = model.get_output_embeddings()
+    by_name = {t.name: t for t in info.tensors}
+    tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    if (type(head) is torch.nn.Linear and tensor is not None and head.bias is None
+            and tuple(head.weight.shape) == tuple(tensor.shape) and int4_packable(tensor.ggml_type, tensor.shape, head=True)):
+        model.set_output_embeddings(_zero_int4(tensor.ggml_type, *tensor.shape, None))
+
+
+def _zero_int4(ggml_type: str, rows: int, k: int, bias) -> quantlinear.Int4Linear:
+    """Weights (q - 8) * 0 + 0: every nibble 8, whatever the layout, and zero scales."""
+    passes = [(torch.full((rows, k // 2), 0x88, dtype=torch.uint8),
+               torch.zeros(k // quantlinear.GROUP, rows, 2, dtype=torch.bfloat16))
+              for _ in range(INT4_PASSES[ggml_type])]
+    return quantlinear.Int4Linear(passes, rows, k, bias)
+
+
+@torch.inference_mode()
+def _time_model(model: torch.nn.Module, n_layers: int, cancel: Callable[[], bool] | None) -> CostCurve:
+    base = getattr(model, model.base_model_prefix)
+    built = len(base.layers)
+    if built == n_layers:
+        full = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel)
+        return CostCurve(tuple(full[n] for n in MEASURED_TOKENS))
+    full = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel)
+    one = _step_costs(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64), cancel)
+    seconds = []
+    for n in MEASURED_TOKENS:
+        layer = max(full[n] - one[n], 0.0) / (built - 1)
+        seconds.append(max(one[n] - layer, 0.0) + n_layers * layer)
+    return CostCurve(tuple(seconds))
+
+
+def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
+    """The same model cut to its first layer (the cache is laid out from the config, so the
+    config lists exactly the layers that run)."""
+    base = getattr(model, model.base_model_prefix)
+    base.layers = torch.nn.ModuleList(list(base.layers)[:1])
+    model.config.num_hidden_layers = 1
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = list(model.config.layer_types[:1])
+    return model
+
+
+def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> dict[int, float]:
+    """Minimum seconds of a step feeding n tokens and reading every position's greedy token (a
+    verify of n - 1 drafts, all accepted), from a context of _CONTEXT tokens."""
+    kv.feed(list(range(1, _CONTEXT + 1)), 1)
+    best = {n: float("inf") for n in MEASURED_TOKENS}
+    for repeat in range(_REPEATS + 1):  # the first round (short) warms caches and allocators up
+        for n in MEASURED_TOKENS if repeat else MEASURED_TOKENS[::3]:
+            if cancel is not None and cancel():
+                raise LoadCancelled("calibration cancelled")
+            started = time.perf_counter()
+            rows = kv.feed_rows(list(range(100, 100 + n)), n)
+            for i in range(n):
+                rows.argmax(i)
+            elapsed = time.perf_counter() - started
+            kv.rewind(_CONTEXT)
+            if repeat:
+                best[n] = min(best[n], elapsed)
+    return best

@@ -1,0 +1,187 @@
+"""Which plan runs a model fastest on this CPU: float32, bf16 with dequantized weights, or bf16
+with the file's int4 weights — chosen from measurements, never from a CPU flag.
+
+The three differ the other way round on different CPUs (shared/facts.md): on AVX2 without bf16
+instructions bf16 still decodes one token twice as fast as float32, but float32 verifies 16 drafts
+for little more than one token while bf16's verify cost grows with every token. So the choice
+needs the cost of a one-token step *and* of verifying a few drafts, for this model's shape, on
+this machine (app.engine.cpu.calibrate measures them in a few seconds), and what drafting is
+expected to accept:
+
+    speed(plan) = max over k of E(alpha, k) / cost_plan(k + 1)
+
+with E the expected tokens a step of k drafts yields (app.engine.schedule.expected_tokens) and
+alpha 0 when nothing drafts. Curves are cached per machine, torch version and model shape
+(`plans.json` beside the tokenizer cache) and redone by `specula calibrate MODEL`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from app.engine.gguf_info import GGUFInfo
+from app.engine.schedule import expected_tokens
+
+log = logging.getLogger(__name__)
+
+MEASURED_TOKENS = (1, 5, 9, 17)  # a one-token step and verifies of 4, 8 and 16 drafts
+# What drafting is expected to accept when choosing a plan, before anything is generated: prompt
+# lookup and draft models accept about half their tokens on llama.cpp users' mixed workloads
+# (far more when rewriting, near none in free chat); the schedule then adapts within the plan.
+EXPECTED_ACCEPTANCE = {"none": 0.0, "lookup": 0.5, "draft": 0.6}
+_CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    name: str  # "float32", "bf16", "bf16-int4": what the window, inspect and bench show
+    dtype: torch.dtype
+    int4: bool
+
+    @property
+    def label(self) -> str:
+        return {"float32": "float32", "bf16": "bf16 (dequantized weights)", "bf16-int4": "bf16 + int4 weights"}[self.name]
+
+
+FLOAT32 = PlanOption("float32", torch.float32, False)
+BF16 = PlanOption("bf16", torch.bfloat16, False)
+BF16_INT4 = PlanOption("bf16-int4", torch.bfloat16, True)
+OPTIONS = {o.name: o for o in (FLOAT32, BF16, BF16_INT4)}
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one main-model step feeding n tokens (logits of all n), at MEASURED_TOKENS."""
+
+    seconds: tuple[float, ...]
+
+    def cost(self, n_tokens: int) -> float:
+        """Linear between the measured points, and beyond the last one along its last segment."""
+        points = list(zip(MEASURED_TOKENS, self.seconds))
+        for (n0, s0), (n1, s1) in zip(points, points[1:]):
+            if n_tokens <= n1 or (n1, s1) == points[-1]:
+                return max(s0 + (s1 - s0) * (n_tokens - n0) / (n1 - n0), 1e-9)
+        return self.seconds[0]
+
+    def relative_slope(self) -> float:
+        """Extra cost per drafted token relative to a one-token step, over 16 drafts."""
+        return max((self.cost(17) - self.cost(1)) / 16 / self.cost(1), 0.0)
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    option: PlanOption
+    reason: str
+    curves: dict[str, CostCurve]
+
+    @property
+    def curve(self) -> CostCurve | None:
+        return self.curves.get(self.option.name)
+
+
+def expected_speed(curve: CostCurve, alpha: float, k_max: int = 16) -> tuple[float, int]:
+    """(tokens per second, best draft length) of a plan when drafts are accepted with rate alpha."""
+    best = (1.0 / curve.cost(1), 0)
+    if alpha <= 0:
+        return best
+    for k in range(1, k_max + 1):
+        speed = expected_tokens(alpha, k) / curve.cost(k + 1)
+        if speed > best[0]:
+            best = (speed, k)
+    return best
+
+
+def choose(curves: dict[str, CostCurve], drafter: str) -> PlanChoice:
+    """The plan of the highest expected speed with this drafter ("none", "lookup", "draft")."""
+    alpha = EXPECTED_ACCEPTANCE.get(drafter, 0.0)
+    speeds = {name: expected_speed(curve, alpha) for name, curve in curves.items()}
+    best = max(speeds, key=lambda name: speeds[name][0])
+    plain = {name: 1.0 / curve.cost(1) for name, curve in curves.items()}
+    others = ", ".join(f"{OPTIONS[n].name} {speeds[n][0]:.0f}" for n in speeds if n != best)
+    if alpha > 0:
+        reason = (f"measured: {speeds[best][0]:.0f} tok/s expected with {drafter} drafting at {alpha:.0%} acceptance "
+                  f"({plain[best]:.0f} plain); {others or 'no other plan'}")
+    else:
+        reason = f"measured: fastest one-token step, {plain[best]:.0f} tok/s; {others or 'no other plan'}"
+    return PlanChoice(OPTIONS[best], reason, curves)
+
+
+# --- the cache ----------------------------------------------------------------------------------
+
+
+def cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specula" / "plans.json"
+
+
+def machine_key() -> str:
+    """This CPU as torch sees it: model name, the kernels torch dispatches to, threads, version."""
+    return "|".join([_cpu_model(), torch.backends.cpu.get_cpu_capability(), str(torch.get_num_threads()),
+                     torch.__version__, platform.machine()])
+
+
+def shape_key(info: GGUFInfo, options: list[PlanOption]) -> str:
+    """The model's shape and tensor types (what the cost depends on), not its name or values."""
+    types = sorted({f"{t.name.split('.', 2)[-1] if t.name.startswith('blk.') else t.name}:{t.ggml_type}"
+                    for t in info.tensors})
+    parts = [info.architecture, str(info.n_layers), str(info.vocab_size),
+             *(f"{t.name}{list(t.shape)}" for t in info.tensors if t.name.startswith(("blk.0.", "token_embd", "output"))),
+             *types, ",".join(o.name for o in options)]
+    return "|".join(parts)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cached_curves(info: GGUFInfo, options: list[PlanOption]) -> dict[str, CostCurve] | None:
+    entry = _read_cache().get(machine_key(), {}).get(shape_key(info, options))
+    if not isinstance(entry, dict):
+        return None
+    try:
+        curves = {name: CostCurve(tuple(float(s) for s in seconds)) for name, seconds in entry.items()}
+    except (TypeError, ValueError):
+        return None
+    if set(curves) != {o.name for o in options} or any(len(c.seconds) != len(MEASURED_TOKENS) for c in curves.values()):
+        return None
+    return curves
+
+
+def store_curves(info: GGUFInfo, options: list[PlanOption], curves: dict[str, CostCurve]) -> None:
+    data = _read_cache()
+    data[machine_key()] = {**data.get(machine_key(), {}),
+                           shape_key(info, options): {n: list(c.seconds) for n, c in curves.items()}}
+    data["version"] = _CACHE_VERSION
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".plans-", delete=False) as out:
+            json.dump(data, out)
+        os.replace(out.name, path)  # never a half-written cache
+    except OSError as exc:
+        log.warning("could not save the measured plan to %s: %s", path, exc)
+
+
+def _read_cache() -> dict:
+    """The cache, or {} when it is missing, unreadable or of another version (a miss, never an error)."""
+    try:
+        data = json.loads(cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
+        return {}
+    return data

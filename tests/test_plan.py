@@ -1,0 +1,157 @@
+"""The CPU plan: chosen from measured step costs for the model's shape, cached per machine, shown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from app.engine.cpu import calibrate, quantlinear
+from app.engine.cpu import plan as cpu_plan
+from app.engine.cpu.plan import CostCurve, choose, expected_speed
+from app.engine.gguf_info import read_gguf_info
+from app.engine.loader import choose_cpu_plan, cpu_plan_options, load_model
+from app.engine.schedule import AdaptiveDraftLength
+from tests.tiny_gguf import TinySpec, write_tiny_gguf
+
+# Shapes seen on this workplace's AVX2 CPU (ms, SmolLM2-135M, one thread): float32's verify curve is
+# flat, bf16's one-token step is fast and its verifies are not.
+FLAT = CostCurve((0.066, 0.153, 0.169, 0.212))
+STEEP_FAST = CostCurve((0.054, 0.130, 0.209, 0.360))
+
+
+@pytest.fixture()
+def plan_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path / "specula" / "plans.json"
+
+
+@pytest.fixture(scope="module")
+def tiny_q4_path(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("plan") / "q4.gguf", TinySpec(arch="llama", qtype="Q4_0", seed=6))
+
+
+def test_the_fastest_one_token_step_wins_without_drafting():
+    choice = choose({"float32": FLAT, "bf16-int4": STEEP_FAST}, "none")
+    assert choice.option.name == "bf16-int4"
+    assert "fastest one-token step" in choice.reason and "float32" in choice.reason
+
+
+def test_a_flat_verify_curve_wins_when_drafts_are_expected_to_be_accepted(monkeypatch):
+    monkeypatch.setitem(cpu_plan.EXPECTED_ACCEPTANCE, "lookup", 0.9)
+    choice = choose({"float32": FLAT, "bf16-int4": STEEP_FAST}, "lookup")
+    assert choice.option.name == "float32"
+    assert "90% acceptance" in choice.reason
+    flat_speed, flat_k = expected_speed(FLAT, 0.9)
+    assert flat_k >= 8 and flat_speed > expected_speed(STEEP_FAST, 0.9)[0]
+
+
+def test_a_curve_interpolates_between_and_beyond_its_points():
+    assert FLAT.cost(1) == pytest.approx(0.066)
+    assert FLAT.cost(3) == pytest.approx((0.066 + 0.153) / 2)
+    assert FLAT.cost(25) == pytest.approx(0.212 + (0.212 - 0.169) / 8 * 8)
+    assert STEEP_FAST.relative_slope() == pytest.approx((0.360 - 0.054) / 16 / 0.054)
+
+
+def test_a_load_with_auto_measures_once_and_then_reads_the_cache(tiny_q4_path, plan_cache, monkeypatch):
+    calls = []
+    measure = calibrate.measure
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or measure(*a, **k))
+    first = load_model(tiny_q4_path, device="cpu")
+    assert calls == [1] and first.choice is not None and plan_cache.exists()
+    names = {o.name for o in cpu_plan_options(first.info)}
+    assert set(first.choice.curves) == names and {"float32", "bf16"} <= names
+    assert all(c.seconds[0] > 0 for c in first.choice.curves.values())
+    # The model runs in the chosen plan, and says so (never "int4" unless it is).
+    assert first.plan.dtype == first.choice.option.dtype and first.plan.int4 == first.choice.option.int4
+    assert ("int4" in first.plan.describe()) == first.choice.option.int4
+    assert first.plan_reason.startswith("measured")
+    assert first.kv_model().step_cost is not None
+    second = load_model(tiny_q4_path, device="cpu")
+    assert calls == [1] and second.choice.curves == first.choice.curves
+
+
+def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, monkeypatch):
+    info = read_gguf_info(tiny_q4_path)
+    options = cpu_plan_options(info)
+    choose_cpu_plan(info)
+    assert cpu_plan.cached_curves(info, options) is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "__version__", "9.9.9")  # another torch: the entry does not apply
+        assert cpu_plan.cached_curves(info, options) is None
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # another CPU class
+        assert cpu_plan.cached_curves(info, options) is None
+    assert cpu_plan.cached_curves(info, options) is not None
+    # Another shape (fewer plans to choose among) is another entry too.
+    assert cpu_plan.cached_curves(info, [cpu_plan.FLOAT32]) is None
+
+
+def test_a_damaged_cache_is_a_miss_not_an_error(tiny_q4_path, plan_cache):
+    plan_cache.parent.mkdir(parents=True)
+    info = read_gguf_info(tiny_q4_path)
+    for damage in ("{not json", json.dumps({"version": 1, cpu_plan.machine_key(): {"x": "y"}}), "[]"):
+        plan_cache.write_text(damage)
+        assert cpu_plan.cached_curves(info, cpu_plan_options(info)) is None
+    choice = choose_cpu_plan(info)  # measures again and rewrites the file
+    assert cpu_plan.cached_curves(info, cpu_plan_options(info)) == choice.curves
+
+
+def test_plans_that_do_not_fit_in_memory_are_left_out(tiny_q4_path, monkeypatch):
+    info = read_gguf_info(tiny_q4_path)
+    bf16_bytes = info.memory_bytes("bfloat16") + max(t.n_elements for t in info.tensors) * 4
+    monkeypatch.setenv("SPECULA_MEMORY_LIMIT", str(bf16_bytes + 1))
+    names = [o.name for o in cpu_plan_options(info)]
+    assert "float32" not in names and "bf16" in names
+
+
+def test_turning_int4_off_removes_its_plan(tiny_q4_path):
+    info = read_gguf_info(tiny_q4_path)
+    assert "bf16-int4" not in [o.name for o in cpu_plan_options(info, int4=False)]
+    if quantlinear.int4_available():
+        assert "bf16-int4" in [o.name for o in cpu_plan_options(info)]
+
+
+@pytest.mark.parametrize("name", ["float32", "bf16", "bf16-int4"])
+def test_the_shaped_model_computes_what_a_real_load_of_its_plan_would(tiny_q4_path, name):
+    """Same modules, same CPU set-up as the loader's (its weights are zeros), so timing it times
+    the plan."""
+    info = read_gguf_info(tiny_q4_path)
+    option = cpu_plan.OPTIONS[name]
+    if option.int4 and not quantlinear.int4_available():
+        pytest.skip("torch has no int4 CPU kernel here")
+    shaped = calibrate.shaped_model(info, option)
+    real = load_model(tiny_q4_path, device="cpu", dtype="float32" if name == "float32" else "bfloat16",
+                      int4=option.int4).model
+    kinds = lambda model: sorted(type(m).__name__ for m in model.modules())  # noqa: E731
+    from app.engine.loader import prepare_cpu_model
+
+    prepare_cpu_model(shaped, option.dtype, option.int4)
+    assert kinds(shaped) == kinds(real)
+    assert next(shaped.parameters()).dtype == option.dtype
+
+
+def test_the_schedule_starts_from_the_measured_curve():
+    """With a steep curve the first drafts are short, with a flat one long, before any step."""
+    steep = AdaptiveDraftLength(16, STEEP_FAST.cost).length(100)
+    flat = AdaptiveDraftLength(16, FLAT.cost).length(100)
+    assert steep < flat and flat >= 8
+
+
+def test_rejected_probes_back_off_until_probing_costs_almost_nothing():
+    schedule = AdaptiveDraftLength(16, STEEP_FAST.cost)
+    lengths = []
+    for _ in range(2000):
+        k = schedule.length(10_000)
+        lengths.append(k)
+        schedule.update(k, 0, STEEP_FAST.cost(k + 1))
+    late = lengths[1000:]
+    probe_cost = sum(STEEP_FAST.cost(k + 1) - STEEP_FAST.cost(1) for k in late)
+    assert probe_cost / (len(late) * STEEP_FAST.cost(1)) < 0.01
+    assert 1 in late  # it still probes
+    # One accepted probe brings drafting back at once.
+    while schedule.length(10_000) == 0:
+        pass
+    schedule.update(1, 1, STEEP_FAST.cost(2))
+    assert schedule.probe_interval() < 64
