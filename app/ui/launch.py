@@ -12,6 +12,7 @@ import traceback
 from typing import Sequence
 
 from app.desktop_entry import APP_ID, APP_NAME, ICON_SIZES, icon_png
+from app.ui.platform_check import xcb_problem
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,10 @@ def run_window(self_test: str | None = None) -> int:
     if not has_display():
         print("specula: error: no display (DISPLAY and WAYLAND_DISPLAY are unset); "
               "use the command line (`specula --help`) or set QT_QPA_PLATFORM=offscreen", file=sys.stderr)
+        return 1
+    problem = xcb_problem()
+    if problem is not None:  # Qt would abort with a core dump instead
+        print(f"specula: error: {problem}", file=sys.stderr)
         return 1
     app = make_app()
     _install_excepthook()
