@@ -50,11 +50,16 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit("specula: error: -n must be -1 (up to the context) or at least 1")
 
 
-def load_served(args: argparse.Namespace):
+def default_settings(args: argparse.Namespace):
+    """The requests' defaults from the flags, checked (a NaN --temp is one line, before anything
+    is bound or loaded, rather than a 500 on every request that leaves the field out)."""
+    # settings_from_args wants n_predict >= 1; requests set their own.
+    return settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
+
+
+def load_served(args: argparse.Namespace, defaults):
     from app.server.model import ServedModel
 
-    # settings_from_args checks the flags (and wants n_predict >= 1; requests set their own).
-    defaults = settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
     main = load_main(args)
     drafter = load_drafter(args, main)
     builtin = args.model if args.model in {m.key for m in BUILTIN_MODELS} else None
@@ -70,11 +75,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.launch import ManagedServer, bind_socket, check_bind_allowed
 
     check_args(args)
+    defaults = default_settings(args)
     api_key = api_key_from_args(args)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
     try:
-        served = load_served(args)
+        served = load_served(args, defaults)
         app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue))
 
         def ready(url: str) -> None:
