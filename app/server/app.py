@@ -270,8 +270,9 @@ async def _api_error(request: Request, exc: ApiError) -> Response:
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     if exc.status_code == 404:
         return not_found(f"no such endpoint: {request.method} {request.url.path[:200]}").response()
-    if exc.status_code == 405:
-        return ApiError(405, f"{request.method} is not allowed on {request.url.path[:200]}", "method_not_allowed").response()
+    if exc.status_code == 405:  # Starlette's exception names the allowed methods in its Allow header
+        return ApiError(405, f"{request.method} is not allowed on {request.url.path[:200]}", "method_not_allowed",
+                        headers=dict(exc.headers or {})).response()
     return ApiError(exc.status_code, str(exc.detail), "http_error").response()
 
 
