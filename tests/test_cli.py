@@ -205,6 +205,31 @@ def test_bad_flags_exit_2_with_one_line(cli, specula, tiny_paths):
         assert out == ""
 
 
+def test_unusable_sampling_flags_are_one_line_errors_and_edges_work(specula, tiny_paths):
+    """--temp nan used to end in a traceback (run) or a 500 on every request (serve); --top-p 0
+    in a NaN. Now: one line, non-zero exit, before a model is loaded or a port bound."""
+    tiny = str(tiny_paths["llama-f32"])
+    for flags, needle in ((["--temp", "nan"], "temperature"), (["--temp", "-1"], "temperature"),
+                          (["--top-p", "nan"], "top-p"), (["--min-p", "inf"], "min-p"),
+                          (["--draft-p-min", "nan"], "draft p-min")):
+        for command in (["run", "-m", tiny, "-p", "x", "-n", "2"], ["serve", "-m", tiny, "--port", "0"]):
+            code, out, err = specula(*command, *flags)
+            assert code == 1, (command, flags, err)
+            line = one_line(err)
+            assert line.startswith("specula: error: ") and needle in line, line
+    code, out, err = specula("run", "-m", tiny, "-p", "x", "-n", "3", "--temp", "0.8", "--top-p", "0",
+                             "--device", "cpu", "--dtype", "float32", "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["n_predicted"] == 3
+    code, out, err = specula("run", "-m", tiny, "-p", "x", "-n", "3", "--temp", "1e-40",
+                             "--device", "cpu", "--dtype", "float32", "--json")
+    greedy = specula("run", "-m", tiny, "-p", "x", "-n", "3", "--temp", "0",
+                     "--device", "cpu", "--dtype", "float32", "--json")
+    assert code == 0 and greedy[0] == 0, err
+    tokens = [json.loads(o.strip().splitlines()[-1])["tokens"] for o in (out, greedy[1])]
+    assert tokens[0] == tokens[1]  # a temperature too small to divide by is greedy
+
+
 def test_bad_model_files_exit_1_with_one_line(cli, specula, files):
     result = cli["truncated"]
     assert result.returncode == 1, result.stderr

@@ -50,6 +50,13 @@ def test_serve_toggle_answers_openai_requests_beside_the_chat(qtbot, data_dir, t
     with pytest.raises(urllib.error.HTTPError) as denied:
         post(f"{base}/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     assert denied.value.code == 401
+    # The window's server has the same web-page rules as `specula serve` (they live in the app).
+    for headers, status in (({"Content-Type": "application/json", "Origin": "https://evil.example"}, 403),
+                            ({"Content-Type": "text/plain"}, 415)):
+        request = urllib.request.Request(f"{base}/v1/chat/completions", b"{}", {**headers, "Authorization": "Bearer sekrit"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == status, headers
 
     summary = send(qtbot, window, "def add(a, b):")  # the window's own chat still works
     assert summary["n_predicted"] >= 1

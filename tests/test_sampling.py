@@ -6,10 +6,12 @@ import pytest
 import torch
 
 from app.engine.drafters import ModelDrafter, PromptLookupDrafter
+from app.engine.errors import SpeculaError
 from app.engine.events import DoneEvent
 from app.engine.sampling import (
     RowProbs,
     SamplingParams,
+    check_sampling,
     logits_to_probs,
     make_generator,
     sample,
@@ -98,6 +100,37 @@ def test_truncation_filters():
     assert greedy[0].tolist() == [1.0, 0, 0, 0, 0, 0]
     hot = logits_to_probs(logits, SamplingParams(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0))
     assert torch.allclose(hot, torch.softmax(logits / 2.0, -1))
+
+
+def test_top_p_zero_keeps_the_top_token():
+    """top_p = 0 used to drop every token (softmax of all -inf: NaN, a 500 in the server)."""
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, 0.5, 0.0]])
+    probs = logits_to_probs(logits, SamplingParams(temperature=0.8, top_k=0, top_p=0.0, min_p=0.0))
+    assert probs[0].tolist() == [0.0, 1.0, 0.0]
+    assert not probs.isnan().any() and torch.allclose(probs.sum(-1), torch.ones(2))
+    assert sample(probs[0], make_generator(0)) == 1
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 3e-39, 1e-30, 1e-8])
+def test_tiny_temperature_is_greedy_not_nan(temperature):
+    """logits / 1e-40 overflowed to inf and softmax gave NaN ("probability tensor contains inf")."""
+    logits = torch.tensor([[4.0, 3.0, 2.0, -1.0], [-50.0, 60.0, 59.9, 0.0]])
+    params = SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0)
+    probs = logits_to_probs(logits, params)
+    assert probs.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+    assert sample(probs[1], make_generator(0)) == 1
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", float("nan")), ("temperature", -0.5), ("temperature", float("inf")),
+    ("top_p", float("nan")), ("top_p", 1.5), ("top_p", -0.1), ("min_p", float("nan")), ("min_p", 2.0),
+    ("top_k", -1),
+])
+def test_unusable_sampling_values_are_one_line_errors(field, value):
+    with pytest.raises(SpeculaError) as caught:
+        check_sampling(SamplingParams(**{field: value}))
+    assert "\n" not in str(caught.value) and field.replace("_", "-") in str(caught.value)
+    check_sampling(SamplingParams(temperature=0.0, top_p=0.0, min_p=1.0, top_k=0))  # edges are fine
 
 
 # --- End to end on a tiny real model: the second generated token is the first one that goes

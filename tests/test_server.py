@@ -203,8 +203,38 @@ def test_malformed_json_and_wrong_types(server):
         ({"messages": hello, "n": 2}, "n"),
         ({"messages": hello, "model": 7}, "model"),
         ({"messages": hello, "tools": [{"type": "function"}]}, "tools"),
+        # Used to be 500s: an unhashable role, a number beyond float's range.
+        ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0].role"),
+        ({"messages": [{"role": {"a": 1}, "content": "hi"}]}, "messages[0].role"),
+        ({"messages": hello, "temperature": 10**400}, "temperature"),
+        ({"messages": hello, "top_p": -(10**400)}, "top_p"),
+        # Fields that would change the reply and that the server cannot honour (params.py).
+        ({"messages": hello, "logit_bias": {"50256": -100}}, "logit_bias"),
+        ({"messages": hello, "presence_penalty": 0.5}, "presence_penalty"),
+        ({"messages": hello, "frequency_penalty": -1}, "frequency_penalty"),
+        ({"messages": hello, "frequency_penalty": "x"}, "frequency_penalty"),
+        ({"messages": hello, "tool_choice": "required"}, "tool_choice"),
+        ({"messages": hello, "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+        ({"messages": hello, "top_logprobs": 3}, "top_logprobs"),
+        ({"messages": hello, "functions": [{"name": "f"}]}, "functions"),
     ):
         assert_error(post(server, path, payload), 400, "invalid_value", param)
+    # A lone surrogate (half a UTF-16 pair) is no text: the tokenizer failed on it (a 500).
+    for payload in ({"messages": [{"role": "user", "content": "a\ud800b"}]},
+                    {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+                    {"messages": hello, "stop": ["\ud800"]}, {"messages": hello, "model": "\ud800"}):
+        assert_error(post(server, path, payload), 400, "invalid_value")
+    assert_error(post(server, "/v1/completions", {"prompt": "a\ud800b"}), 400, "invalid_value")
+    # Their neutral values are what many clients always send: accepted. top_p 0 and a temperature
+    # too small to divide by used to be 500s; they mean greedy (the same text as temperature 0).
+    neutral = {"logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0.0, "tool_choice": "auto",
+               "top_logprobs": None, "logprobs": False}
+    texts = set()
+    for sampling in ({"temperature": 0}, {"temperature": 0.8, "top_p": 0}, {"temperature": 1e-40}, {"temperature": 5e-324}):
+        status, _, body = post(server, path, {"messages": hello, "max_tokens": 4, **neutral, **sampling})
+        assert status == 200, (sampling, body)
+        texts.add(body["choices"][0]["message"]["content"])
+    assert len(texts) == 1
     for payload in ({"prompt": ""}, {"prompt": 5}, {"prompt": ["a", "b"]}, {"prompt": [1, "x"]}):
         assert_error(post(server, "/v1/completions", payload), 400, "invalid_value", "prompt")
     assert_error(post(server, "/v1/completions", {"prompt": [10**6]}), 400, "invalid_value", "prompt")
@@ -231,14 +261,15 @@ def test_body_too_large_is_refused_while_reading(server):
     parts = urlsplit(server.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     chunks = iter([b'{"prompt": "'] + [b"a" * 65536] * 40 + [b'"}'])
-    conn.request("POST", "/v1/completions", body=chunks, encode_chunked=True)
+    conn.request("POST", "/v1/completions", body=chunks, encode_chunked=True,
+                 headers={"Content-Type": "application/json"})
     response = conn.getresponse()
     assert response.status == 413 and json.loads(response.read())["error"]["code"] == "request_too_large"
     conn.close()
     # A client that asks first (Expect: 100-continue) is answered before it sends anything.
     sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000000\r\n"
-                 b"Expect: 100-continue\r\n\r\n")
+                 b"Content-Type: application/json\r\nExpect: 100-continue\r\n\r\n")
     assert sock.recv(4096).startswith(b"HTTP/1.1 413 ")
     sock.close()
     assert raw(server, "GET", "/health")[0] == 200
@@ -250,6 +281,10 @@ def test_unknown_model_path_and_method(server):
                  "model_not_found", "model")
     assert_error(raw(server, "GET", "/v1/nothing-here"), 404, "not_found")
     assert_error(raw(server, "GET", "/v1/chat/completions"), 405, "method_not_allowed")
+    # RFC 9110: a 405 says which methods the resource allows.
+    assert raw(server, "GET", "/v1/completions")[1]["allow"] == "POST"
+    allow = raw(server, "POST", "/v1/models", b"{}", {"Content-Type": "application/json"})[1]["allow"]
+    assert set(allow.split(", ")) == {"GET", "HEAD"}
 
 
 def test_foreign_host_header_is_refused(server):

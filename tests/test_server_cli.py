@@ -63,7 +63,8 @@ def started(tiny_paths):
     """Start the server and the CLI reference runs at once; yield both."""
     tiny, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-q8"])
     exact = ["--device", "cpu", "--dtype", "float32"]  # greedy identity is exact in float32 (facts.md)
-    server = ServerProcess(["-m", tiny, "-md", draft, *exact, "--port", "0", "--api-key", KEY, "--queue", "4"])
+    server = ServerProcess(["-m", tiny, "-md", draft, *exact, "--port", "0", "--api-key", KEY, "--queue", "4",
+                            "--cors-origin", "http://app.example:3000"])
     runs = [["run", "-m", tiny, *exact, "-p", CODE, "-n", str(N), "--temp", "0", "--json"],
             ["run", "-m", tiny, *exact, "--chat", "-p", QUESTION, "-n", str(N), "--temp", "0", "--json"]]
     # The CLI's own main(), twice in one fresh process (one torch import), a separator between.
@@ -123,6 +124,11 @@ def test_api_key_is_required_everywhere_but_health(url):
         good = {"Authorization": f"bearer {KEY}"}
         assert bare.get("/v1/models", headers=good).json()["data"][0]["id"] == "llama-f32"
         assert bare.get("/nowhere", headers=good).status_code == 404
+        # --cors-origin lets that web page in (with CORS headers); other pages stay out.
+        page = bare.get("/v1/models", headers={**good, "Origin": "http://app.example:3000"})
+        assert page.status_code == 200 and page.headers["access-control-allow-origin"] == "http://app.example:3000"
+        other = bare.get("/v1/models", headers={**good, "Origin": "http://app.example:3001"})
+        assert other.status_code == 403 and other.json()["error"]["code"] == "forbidden_origin"
 
 
 def test_openai_client_with_key_matches_cli_greedy_output(url, cli_reference):
@@ -244,6 +250,12 @@ def test_refuses_non_loopback_without_key_and_busy_ports(specula, tiny_paths, ur
     assert code != 0 and err.startswith(f"specula: error: cannot listen on 127.0.0.1:{port}:")
     code, err = specula("serve", "-m", tiny, "--port", "70000")
     assert code != 0 and "--port" in err
+    # A key with surrounding spaces could never match a client's header, whose spaces are stripped.
+    code, err = specula("serve", "-m", tiny, "--api-key", " k3y ")
+    assert code != 0 and "whitespace" in err
+    for origin in ("app.example", "http://app.example/path", "ftp://x", "http://:80"):
+        code, err = specula("serve", "-m", tiny, "--cors-origin", origin)
+        assert code != 0 and "--cors-origin" in err, origin
 
 
 def test_ctrl_c_stops_cleanly_mid_stream(started, url, http):

@@ -1,6 +1,7 @@
 """`specula serve`: llama-server's job, an OpenAI-compatible local server with speculative decoding.
 
     specula serve -m MAIN [-md DRAFT | --lookup] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+                  [--cors-origin ORIGIN ...]
 
 The sampling flags (--temp 0.8, --top-k 40, ...) are the defaults of requests that do not set
 them, as in llama-server. The server (Starlette, uvicorn, torch) is imported only by the command.
@@ -29,16 +30,31 @@ def register(sub) -> None:
     key.add_argument("--api-key-file", help="read the API key from this file (keeps it out of the process list)")
     serve.add_argument("-a", "--alias", help="the model's name in the API (default: the file's stem or the built-in name)")
     serve.add_argument("--queue", type=int, default=8, help="requests that may wait while one generates; more get 503 (default 8)")
+    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                       help="let web pages from ORIGIN (scheme://host[:port]) use the server, besides "
+                       "this machine's loopback origins; repeatable; * allows every origin (see SECURITY.md)")
     serve.set_defaults(func=cmd_serve)
 
 
 def api_key_from_args(args: argparse.Namespace) -> str | None:
     key = args.api_key
     if args.api_key_file:
-        key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
+        key = Path(args.api_key_file).read_text(encoding="utf-8").strip()  # the file's newline
     if key is not None and not key.strip():
         raise SystemExit("specula: error: the API key is empty")
+    if key is not None and key != key.strip():
+        # Clients' Authorization values lose such spaces on the way: the key could never match.
+        raise SystemExit("specula: error: the API key starts or ends with whitespace; remove it (quoting?)")
     return key
+
+
+def cors_origins_from_args(args: argparse.Namespace) -> tuple[str, ...]:
+    from app.server.origin import parse_allowed_origins
+
+    try:
+        return parse_allowed_origins(args.cors_origin)
+    except ValueError as exc:
+        raise SystemExit(f"specula: error: {exc}") from None
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -50,11 +66,16 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit("specula: error: -n must be -1 (up to the context) or at least 1")
 
 
-def load_served(args: argparse.Namespace):
+def default_settings(args: argparse.Namespace):
+    """The requests' defaults from the flags, checked (a NaN --temp is one line, before anything
+    is bound or loaded, rather than a 500 on every request that leaves the field out)."""
+    # settings_from_args wants n_predict >= 1; requests set their own.
+    return settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
+
+
+def load_served(args: argparse.Namespace, defaults):
     from app.server.model import ServedModel
 
-    # settings_from_args checks the flags (and wants n_predict >= 1; requests set their own).
-    defaults = settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
     main = load_main(args)
     drafter = load_drafter(args, main)
     builtin = args.model if args.model in {m.key for m in BUILTIN_MODELS} else None
@@ -70,12 +91,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.launch import ManagedServer, bind_socket, check_bind_allowed
 
     check_args(args)
+    defaults = default_settings(args)
     api_key = api_key_from_args(args)
+    origins = cors_origins_from_args(args)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
     try:
-        served = load_served(args)
-        app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue))
+        served = load_served(args, defaults)
+        app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue, cors_origins=origins))
 
         def ready(url: str) -> None:
             key = "API key required" if api_key else "no API key"

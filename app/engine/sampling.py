@@ -9,10 +9,17 @@ and the replacement is sampled from p with x removed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from app.engine.errors import SpeculaError
+
+# 1 / temperature must be a finite float32 (logits are float32): below this a temperature is
+# too small to divide by, and sampling at it is greedy anyway.
+MIN_TEMPERATURE = 1.0 / torch.finfo(torch.float32).max
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,18 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return self.temperature < MIN_TEMPERATURE
+
+
+def check_sampling(params: SamplingParams) -> None:
+    """One-line SpeculaError for values no sampler can use (NaN, inf, negative, out of range)."""
+    for name, value, high in (("temperature", params.temperature, math.inf), ("top-p", params.top_p, 1.0),
+                              ("min-p", params.min_p, 1.0)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= high):
+            bounds = "0 or more" if high == math.inf else f"between 0 and {high:g}"
+            raise SpeculaError(f"{name} must be a finite number {bounds} (got {value})")
+    if params.top_k < 0:
+        raise SpeculaError(f"top-k must be 0 (off) or more (got {params.top_k})")
 
 
 def make_generator(seed: int | None) -> torch.Generator:
@@ -56,11 +74,16 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        drop_sorted = mass_before >= params.top_p  # always keeps the most likely token
+        drop_sorted = mass_before >= params.top_p
+        drop_sorted[..., 0] = False  # the most likely token always stays (top_p = 0 included)
         keep &= ~torch.zeros_like(keep).scatter(-1, order, drop_sorted)
     if params.min_p > 0.0:
         keep &= probs >= params.min_p * probs.max(dim=-1, keepdim=True).values
-    tempered = (logits / params.temperature).masked_fill(~keep, float("-inf"))
+    # Shifted so the top logit is 0 before scaling: a tiny temperature sends the others to -inf
+    # (greedy in the limit), never to inf - inf = NaN.
+    top = logits.masked_fill(~keep, float("-inf")).max(dim=-1, keepdim=True).values
+    scale = min(1.0 / params.temperature, torch.finfo(torch.float32).max)
+    tempered = ((logits - top) * scale).masked_fill(~keep, float("-inf"))
     return torch.softmax(tempered, dim=-1)
 
 

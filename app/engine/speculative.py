@@ -7,6 +7,7 @@ model token for token; with sampling its distribution equals the main model's (s
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from app.engine.sampling import (
     AcceptRule,
     RowProbs,
     SamplingParams,
+    check_sampling,
     logits_to_probs,
     make_generator,
     sample,
@@ -69,8 +71,11 @@ def make_settings(
         raise SpeculaError("the number of tokens to generate must be at least 1")
     if draft_max < 1:
         raise SpeculaError("draft max must be at least 1")
+    if not (math.isfinite(draft_p_min) and 0.0 <= draft_p_min <= 1.0):
+        raise SpeculaError(f"draft p-min must be a finite number between 0 and 1 (got {draft_p_min})")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                               seed=None if seed < 0 else seed)
+    check_sampling(sampling)
     return DecodeSettings(max_new_tokens=max_new_tokens, draft_max=draft_max, draft_min=draft_min,
                           draft_p_min=draft_p_min, sampling=sampling, adaptive_draft=adaptive_draft)
 

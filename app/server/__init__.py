@@ -8,7 +8,8 @@ dependency-injection layer on top, so there is no FastAPI/pydantic.
     model         ServedModel: names, prompts (chat template), per-request settings, generation
     worker        one generation at a time on a thread, a bounded wait queue (503 when full)
     openai_format response bodies and stream chunks, llama-server's `timings`
-    app           the Starlette app: endpoints, API key, body limit, disconnect -> cancel
-    launch        safe binding (loopback unless a key is set) and running uvicorn
+    app           the Starlette app: endpoints, API key, origin and content type, body limits, disconnect -> cancel
+    origin        which web pages (Origin) may use the server, CORS and preflights
+    launch        safe binding (loopback unless a key is set), header deadline, running uvicorn
     stats         counters for /metrics
 """

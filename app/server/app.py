@@ -8,6 +8,11 @@ of endpoints does not need; the request checks are plain Python in params.py wit
 
 Endpoints: GET /health (no key needed), GET /v1/models[/{id}], POST /v1/chat/completions,
 POST /v1/completions (also without the /v1 prefix, as llama-server), GET /metrics (Prometheus).
+
+What a request must pass, in order (AccessGuard, then the handler), is the server's policy, so
+`specula serve` and the window's server both get it: a web page's Origin (origin.py), the Host
+name or the API key, Content-Type: application/json on POSTs, the body's size and read time, the
+queue's room; only then is the prompt tokenized. SECURITY.md says why.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import logging
 import time
 from dataclasses import dataclass
@@ -23,17 +27,18 @@ from typing import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.engine.events import DoneEvent, RunSummary, StepEvent
 from app.server.errors import AUTHENTICATION, ApiError, error_body, internal_error, not_found
 from app.server.model import ServedModel
 from app.server.openai_format import Reply, sse
+from app.server.origin import OriginPolicy, is_loopback_name
 from app.server.params import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.server.worker import Job, ModelWorker
 
@@ -45,9 +50,23 @@ DRAIN_FACTOR = 8  # read (and drop) up to this many times the limit so the clien
 
 @dataclass(frozen=True)
 class ServerConfig:
-    api_key: str | None = None
+    api_key: str | None = None  # surrounding whitespace is stripped, as from the header
     max_waiting: int = 8  # requests that may wait while one generates; more get 503
     max_body_bytes: int = 1 << 20
+    cors_origins: tuple[str, ...] = ()  # web page origins allowed besides loopback ones; "*": all
+    # A body must arrive whole within this (1 MiB at 20 KB/s); a trickling client gets 408.
+    body_timeout_s: float = 60.0
+
+
+def api_key_bytes(key: str | None) -> bytes | None:
+    """The key as the guard compares it: stripped as the header's value is, UTF-8 bytes (the
+    header arrives as bytes; Starlette's latin-1 str of it never equals a non-latin-1 key)."""
+    if key is None:
+        return None
+    stripped = key.strip()
+    if not stripped:
+        raise ValueError("the API key is empty")
+    return stripped.encode("utf-8")
 
 
 def create_app(served: ServedModel, config: ServerConfig = ServerConfig()) -> Starlette:
@@ -75,7 +94,7 @@ def create_app(served: ServedModel, config: ServerConfig = ServerConfig()) -> St
         lifespan=lifespan,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected},
     )
-    app.add_middleware(AccessGuard, api_key=config.api_key)
+    app.add_middleware(AccessGuard, api_key=config.api_key, origins=OriginPolicy(config.cors_origins))
     app.state.worker = worker
     app.state.served = served
     return app
@@ -109,12 +128,15 @@ class Api:
         return await self._complete(request, parse_completion, chat=False)
 
     async def _complete(self, request: Request, parse: Callable[[dict], GenerationRequest], chat: bool) -> Response:
-        wanted = parse(parse_json(await read_body(request, self.config.max_body_bytes)))
+        require_json(request.headers)
+        body = await read_body(request, self.config.max_body_bytes, self.config.body_timeout_s)
+        wanted = parse(parse_json(body))
         self.served.check_model(wanted.model)
+        self.worker.check_room()  # a full queue answers 503 at once, without tokenizing the prompt
         # Tokenizing a long prompt takes a while: off the event loop.
         ids, format_stops = await run_in_threadpool(self.served.prompt_ids, wanted)
         settings = self.served.decode_settings(wanted, len(ids), format_stops)
-        job = self.worker.submit(ids, settings)
+        job = self.worker.submit(ids, settings, client=client_of(request))
         reply = Reply(chat=chat, model=self.served.model_id, drafter=self.served.drafter_name)
         if wanted.stream:
             return EventStreamResponse(stream_chunks(job, reply, wanted.include_usage), job)
@@ -122,9 +144,34 @@ class Api:
         return JSONResponse(reply.full(summary))
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+def client_of(request: Request) -> str:
+    """Who sent a request, for the cached-tokens rule (worker.py): its network address."""
+    return request.client.host if request.client else ""
+
+
+def require_json(headers: Headers) -> None:
+    """415 unless the body is declared JSON: a web page can send a form or text/plain POST
+    cross-site without a preflight, but not an application/json one."""
+    media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(415, "the request body must be JSON, sent with Content-Type: application/json",
+                       "unsupported_media_type")
+
+
+async def read_body(request: Request, limit: int, timeout_s: float = 60.0) -> bytes:
     """The body, refused with 413 once more than `limit` bytes arrive (whatever Content-Length
-    says); a declared size over the limit is refused before the body is read."""
+    says), and with 408 when it has not all arrived within `timeout_s` (a client that trickles
+    a byte now and then would otherwise hold its connection and this task forever)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_limited(request, limit)
+    except TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s", "request_timeout",
+                       headers={"Connection": "close"}) from None
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """A declared size over the limit is refused before the body is read."""
     declared = request.headers.get("content-length", "")
     try:
         if declared.isdigit() and int(declared) > limit:
@@ -217,33 +264,68 @@ class EventStreamResponse(StreamingResponse):
 
 
 class AccessGuard:
-    """API key (constant-time compare) on every path but /health; without a key the server only
-    listens on loopback, and then also refuses Host names that are not loopback (DNS rebinding:
-    a web page must not reach the local server through a name it controls)."""
+    """Who may use the server, before any endpoint runs (so every way of starting it has it):
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    1. a web page's Origin must be loopback or allowed (origin.py), on every path; allowed
+       origins' preflights are answered here and their responses get CORS headers;
+    2. then, on every path but /health: the API key (constant-time compare of UTF-8 bytes), or,
+       without a key (the server then only listens on loopback), a loopback Host name (DNS
+       rebinding: a web page must not reach the local server through a name it controls)."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None, origins: OriginPolicy = OriginPolicy()) -> None:
         self.app = app
-        self.api_key = api_key.encode() if api_key else None
+        self.api_key = api_key_bytes(api_key)
+        self.origins = origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
-            refusal = self._refusal(Headers(scope=scope))
-            if refusal is not None:
-                await refusal(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is not None:
+            if not self.origins.allows(origin):
+                await self.origins.refusal(origin)(scope, receive, send)
                 return
+            if self.origins.is_preflight(scope["method"], headers):
+                await self.origins.preflight(headers)(scope, receive, send)
+                return
+            send = _with_cors(send, origin)
+        refusal = None if scope["path"] in OPEN_PATHS else self._refusal(scope, headers)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
-    def _refusal(self, headers: Headers) -> Response | None:
+    def _refusal(self, scope: Scope, headers: Headers) -> Response | None:
         if self.api_key is None:
             if _is_loopback_host(headers.get("host", "")):
                 return None
             return ApiError(403, "this server only answers requests addressed to localhost", "forbidden_host").response()
-        scheme, _, given = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.api_key):
+        given = _raw_header(scope, b"authorization")
+        scheme, _, token = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.api_key):
             return None
-        message = "invalid API key" if given else "an API key is required (Authorization: Bearer KEY)"
+        message = "invalid API key" if token else "an API key is required (Authorization: Bearer KEY)"
         return JSONResponse(error_body(message, AUTHENTICATION, "invalid_api_key"), status_code=401,
                             headers={"WWW-Authenticate": "Bearer"})
+
+
+def _raw_header(scope: Scope, name: bytes) -> bytes:
+    """A header's value as the client sent its bytes (the first, if repeated)."""
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value
+    return b""
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    async def send_with_cors(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            OriginPolicy.add_cors_headers(MutableHeaders(scope=message), origin)
+        await send(message)
+
+    return send_with_cors
 
 
 def _is_loopback_host(host: str) -> bool:
@@ -254,13 +336,7 @@ def _is_loopback_host(host: str) -> bool:
         name = host.split(":", 1)[0]
     else:
         name = host
-    name = name.rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_name(name)
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:
@@ -270,8 +346,9 @@ async def _api_error(request: Request, exc: ApiError) -> Response:
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     if exc.status_code == 404:
         return not_found(f"no such endpoint: {request.method} {request.url.path[:200]}").response()
-    if exc.status_code == 405:
-        return ApiError(405, f"{request.method} is not allowed on {request.url.path[:200]}", "method_not_allowed").response()
+    if exc.status_code == 405:  # Starlette's exception names the allowed methods in its Allow header
+        return ApiError(405, f"{request.method} is not allowed on {request.url.path[:200]}", "method_not_allowed",
+                        headers=dict(exc.headers or {})).response()
     return ApiError(exc.status_code, str(exc.detail), "http_error").response()
 
 

@@ -150,9 +150,22 @@ class ServedModel:
         try:
             yield from generate(self.kv, self.tokenizer, prompt_ids, drafter, settings, cancel)
         except Exception:
-            # A forward that failed half-way may leave a cache out of step with its ids.
-            self.kv.reset()
+            # A forward that failed half-way may leave a cache out of step with its ids: only then
+            # is it dropped. Any other failure keeps it, so one bad request does not cost every
+            # client its cached prefix.
             draft_kv = getattr(drafter, "draft", None)
-            if isinstance(draft_kv, KVModel):
-                draft_kv.reset()
+            for kv in (self.kv, draft_kv if isinstance(draft_kv, KVModel) else None):
+                if kv is not None and not cache_in_step(kv):
+                    log.warning("a generation failed mid-forward: its KV cache is dropped")
+                    kv.reset()
             raise
+
+
+def cache_in_step(kv: KVModel) -> bool:
+    """Every layer of the cache holds exactly the positions of kv.ids (KVModel extends ids only
+    after a forward succeeds, so a forward that failed part-way leaves some layer longer)."""
+    try:
+        layers = len(getattr(kv.cache, "layers", ()))
+        return all(kv.cache.get_seq_length(i) == len(kv.ids) for i in range(layers))
+    except Exception:  # a cache we cannot read is not one we can trust
+        return False

@@ -1,5 +1,6 @@
 """Request bodies -> checked, typed requests. Plain Python: a wrong type or value is a 400 naming
-the field, never a traceback; unknown fields are ignored (clients send many we do not use).
+the field, never a traceback; unknown fields are ignored (clients send many we do not use), but
+known fields that would change the reply and that we cannot honour are a 400 (_refuse_unsupported).
 
 Sampling fields the client leaves out take the server's defaults, which are its command-line flags
 (`--temp 0.8`, `--top-k 40`, ...), as llama-server does: OpenAI's own default temperature is 1, but
@@ -43,7 +44,32 @@ def parse_json(body: bytes) -> dict[str, Any]:
         raise ApiError(400, f"the request body is not valid JSON: {_one_line(exc)}", "invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object", "invalid_json")
+    _refuse_lone_surrogates(data)
     return data
+
+
+def _refuse_lone_surrogates(data: Any) -> None:
+    """JSON's \\ud800 escapes can spell half a UTF-16 pair, which is no Unicode text: the tokenizer
+    and the UTF-8 encoder of our replies would fail on it (a 500). Checked once, for every string."""
+    pending = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and not _is_text(value):
+            raise ApiError(400, "the request contains a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "
+                           "escape), which is not valid Unicode text", "invalid_value")
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _reject_constant(name: str) -> Any:
@@ -104,9 +130,22 @@ def _sampling(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refuse_unsupported(data: dict[str, Any], chat: bool) -> None:
-    """Fields that change what the client gets back: better a clear 400 than silently ignoring them."""
+    """Fields that change what the client gets back: better a clear 400 than silently ignoring them.
+    Their neutral values (0, null, empty, "none"/"auto") are accepted: many clients always send them."""
     if data.get("tools"):
         raise bad_field("tools", "tools / function calling are not supported by this server")
+    if data.get("functions") or data.get("function_call") not in (None, "none", "auto"):
+        raise bad_field("functions", "functions / function_call are not supported by this server")
+    if data.get("tool_choice") not in (None, "none", "auto"):
+        raise bad_field("tool_choice", "tool_choice other than 'none' or 'auto' is not supported (no tools)")
+    if data.get("logit_bias") not in (None, {}):
+        raise bad_field("logit_bias", "logit_bias is not supported by this server")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = _number(data, name, -2.0, 2.0)
+        if value:
+            raise bad_field(name, f"{name} is not supported by this server (only 0)")
+    if data.get("top_logprobs") not in (None, 0):
+        raise bad_field("top_logprobs", "top_logprobs are not supported by this server")
     response_format = data.get("response_format")
     if response_format is not None and not (isinstance(response_format, dict) and response_format.get("type") in (None, "text")):
         raise bad_field("response_format", "only response_format {'type': 'text'} is supported")
@@ -126,7 +165,7 @@ def _message(message: Any, index: int) -> dict[str, str]:
     if not isinstance(message, dict):
         raise bad_field(where, f"{where} must be an object with 'role' and 'content'")
     role = message.get("role")
-    if role not in CHAT_ROLES:
+    if not isinstance(role, str) or role not in CHAT_ROLES:  # a list is unhashable: no `in` on it
         allowed = ", ".join(CHAT_ROLES)
         raise bad_field(f"{where}.role", f"{where}.role must be one of {allowed} (got {str(role)[:40]!r})")
     return {"role": CHAT_ROLES[role], "content": _content(message.get("content"), f"{where}.content")}
@@ -191,10 +230,14 @@ def _number(data: dict[str, Any], name: str, low: float | None, high: float | No
     value = data.get(name)
     if value is None:
         return None
-    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+    try:  # float(): an integer beyond float's range (10**400) is refused here, not in math.isfinite
+        number = float(value) if _is_int(value) or isinstance(value, float) else math.nan
+    except OverflowError:
+        number = math.nan
+    if not math.isfinite(number):
         raise bad_field(name, f"'{name}' must be a number")
-    _check_range(name, value, low, high)
-    return float(value)
+    _check_range(name, number, low, high)
+    return number
 
 
 def _check_range(name: str, value: float, low: float | None, high: float | None) -> None:

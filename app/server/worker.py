@@ -5,11 +5,18 @@ loop. Each request is a Job: the worker pushes the engine's events into the job'
 with `loop.call_soon_threadsafe` (the one thread-safe way into a loop), and the request handler
 awaits them. A job's cancel flag is the engine's `cancel` callable, checked between steps, so a
 client that leaves stops its generation at the next step.
+
+The KV cache is shared by every client, so how much of a prompt it already held says something
+about the previous request. A client is told (usage.prompt_tokens_details.cached_tokens,
+timings.cache_n/prompt_n, and /metrics' prompt token counter) only about a cache its own previous
+request filled: the cached count is reported when the previous generation on the model was the
+same client's (its network address), else 0. The cache is still used; only the count is hidden.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import queue
@@ -18,7 +25,7 @@ import time
 from typing import AsyncIterator
 
 from app.engine.errors import ContextFullError, SpeculaError
-from app.engine.events import DoneEvent, StepEvent, StopReason
+from app.engine.events import DoneEvent, RunSummary, StepEvent, StopReason
 from app.engine.speculative import DecodeSettings
 from app.server.errors import ApiError, context_exceeded, internal_error, server_busy, shutting_down
 from app.server.model import ServedModel
@@ -32,9 +39,11 @@ JobItem = StepEvent | DoneEvent | ApiError
 class Job:
     """One request's generation, seen from both sides: the worker posts, the handler awaits."""
 
-    def __init__(self, prompt_ids: list[int], settings: DecodeSettings, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, prompt_ids: list[int], settings: DecodeSettings, loop: asyncio.AbstractEventLoop,
+                 client: str = "") -> None:
         self.prompt_ids = prompt_ids
         self.settings = settings
+        self.client = client  # who sent it (an address), for the cached-tokens rule
         self._loop = loop
         self._items: asyncio.Queue[JobItem] = asyncio.Queue()
         self._cancel = threading.Event()
@@ -81,6 +90,7 @@ class ModelWorker:
         self._admitted: list[Job] = []  # waiting or running, oldest first
         self._running: Job | None = None
         self._mean_job_s = 1.0  # moving average, for Retry-After
+        self._cache_client: str | None = None  # whose generation last filled the KV cache (worker thread)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="specula-generate", daemon=True)
         self._thread.start()
@@ -94,15 +104,23 @@ class ModelWorker:
         with self._lock:
             return max(0, len(self._admitted) - self.processing)
 
-    def submit(self, prompt_ids: list[int], settings: DecodeSettings) -> Job:
-        """Queue a generation (call from the event loop); 503 when the wait queue is full."""
-        job = Job(prompt_ids, settings, asyncio.get_running_loop())
+    def check_room(self) -> None:
+        """503 now if a job could not be admitted (the handler asks before tokenizing)."""
         with self._lock:
-            if self._closed:
-                raise shutting_down()
-            if len(self._admitted) >= 1 + self.max_waiting:
-                self.stats.count("requests_rejected")
-                raise server_busy(self._retry_after_s())
+            self._check_room_locked()
+
+    def _check_room_locked(self) -> None:
+        if self._closed:
+            raise shutting_down()
+        if len(self._admitted) >= 1 + self.max_waiting:
+            self.stats.count("requests_rejected")
+            raise server_busy(self._retry_after_s())
+
+    def submit(self, prompt_ids: list[int], settings: DecodeSettings, client: str = "") -> Job:
+        """Queue a generation (call from the event loop); 503 when the wait queue is full."""
+        job = Job(prompt_ids, settings, asyncio.get_running_loop(), client)
+        with self._lock:
+            self._check_room_locked()  # again: others may have been admitted while this one tokenized
             self._admitted.append(job)
         self._queue.put(job)
         return job
@@ -142,9 +160,12 @@ class ModelWorker:
                     self._admitted.remove(job)
 
     def _generate(self, job: Job) -> None:
+        previous, self._cache_client = self._cache_client, None  # unknown until this one ends well
         try:
             for event in self.served.generate(job.prompt_ids, job.settings, job.cancelled):
                 if isinstance(event, DoneEvent):
+                    event = DoneEvent(client_view(event.summary, same_client=previous == job.client))
+                    self._cache_client = job.client
                     self.stats.record(event.summary)
                 job.post(event)
         except ContextFullError as exc:
@@ -157,3 +178,11 @@ class ModelWorker:
             self.stats.count("requests_failed")
             log.exception("generation failed")
             job.post(internal_error())
+
+
+def client_view(summary: RunSummary, same_client: bool) -> RunSummary:
+    """The summary a client may see: no prompt tokens served from the cache unless its own
+    previous request filled that cache (the module's docstring says why)."""
+    if same_client:
+        return summary
+    return dataclasses.replace(summary, n_prompt_evaluated=summary.n_prompt)
