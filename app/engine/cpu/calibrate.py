@@ -157,7 +157,7 @@ def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> dict[int, flo
     for repeat in range(_REPEATS + 1):  # the first round (short) warms caches and allocators up
         for n in MEASURED_TOKENS if repeat else MEASURED_TOKENS[::3]:
             if cancel is not None and cancel():
-                raise LoadCancelled("calibration cancelled")
+                raise LoadCancelled("loading cancelled")  # cancelled while measuring the plan
             started = time.perf_counter()
             rows = kv.feed_rows(list(range(100, 100 + n)), n)
             for i in range(n):
