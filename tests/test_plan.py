@@ -11,7 +11,7 @@ from app.engine.cpu import calibrate, quantlinear
 from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.plan import CostCurve, choose, expected_speed
 from app.engine.gguf_info import read_gguf_info
-from app.engine.loader import choose_cpu_plan, cpu_plan_options, load_model
+from app.engine.loader import cpu_plan_options, load_model
 from app.engine.schedule import AdaptiveDraftLength
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
