@@ -72,7 +72,8 @@ def charts(qtbot):
 
 def test_real_generation_fills_the_charts_like_the_summary(charts, generation, qtbot):
     start, steps, summary = generation
-    assert summary.n_drafted > 0 and summary.n_steps > 5  # the prompt repeats: lookup drafts
+    # The prompt repeats: lookup drafts (the random model rejects most, so the schedule backs off).
+    assert summary.n_drafted > 0 and summary.n_steps >= 3
     charts.reset(start)
     for event in steps:
         charts.add_step(event)

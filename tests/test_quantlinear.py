@@ -247,6 +247,21 @@ def test_bench_measures_both_weight_forms_in_one_run(tiny_q4, capsys):
                  "--no-hf", "--no-llama-cpp", "--both-weights"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "int4 weights" in out.splitlines()[0] and "[dequant]" in out.splitlines()[0]
+    assert "int4 weights" in out.splitlines()[0] and "[plan]" in out.splitlines()[0]
     configs = [line[15:37].strip() for line in out.splitlines() if line.startswith("chat ")]
-    assert configs == ["none", "lookup", "none [dequant]", "lookup [dequant]"]
+    assert configs == ["none", "lookup", "none [bf16]", "lookup [bf16]"]
+
+
+@requires_int4
+def test_bench_measures_every_plan_asked_for_side_by_side(tiny_q4, capsys):
+    from app.cli import main
+
+    code = main(["bench", "-m", str(tiny_q4["Q4_0"]), "--dtype", "bfloat16", "-n", "8", "--prompts", "chat",
+                 "--no-hf", "--no-llama-cpp", "--plans", "float32,bf16,bf16-int4"])
+    out = capsys.readouterr().out
+    assert code == 0
+    configs = [line[15:37].strip() for line in out.splitlines() if line.startswith("chat ")]
+    # The main load is the int4 plan already: it is not run twice.
+    assert configs == ["none", "lookup", "none [float32]", "lookup [float32]", "none [bf16]", "lookup [bf16]"]
+    with pytest.raises(SystemExit, match="unknown plan 'int3'"):
+        main(["bench", "-m", str(tiny_q4["Q4_0"]), "--plans", "int3", "--no-hf", "--no-llama-cpp"])

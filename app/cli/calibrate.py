@@ -31,7 +31,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for drafter in cpu_plan.EXPECTED_ACCEPTANCE:
         picked = cpu_plan.choose(choice.curves, drafter)
         print(f"with drafter {drafter:6s}: {picked.option.name:9s} ({picked.reason})")
-    print(f"cached in {cpu_plan.cache_file()} for {cpu_plan.machine_key()}")
+    from app.engine.loader import cpu_plan_options
+
+    if cpu_plan.cached_curves(info, cpu_plan_options(info, not args.no_int4)) == choice.curves:
+        print(f"cached in {cpu_plan.cache_file()} for {cpu_plan.machine_key()}")
+    else:
+        print("not kept: repeated runs disagreed (another program was busy on the CPU); run it again when the machine is idle")
     return 0
 
 

@@ -236,8 +236,12 @@ def choose_cpu_plan(info: GGUFInfo, drafter: str = "none", *, int4: bool = True,
     if curves is None:
         if progress is not None:
             progress("measuring this CPU (once per model shape)", 0.0)
-        curves = calibrate.measure(info, options, lambda m, o: prepare_cpu_model(m, o.dtype, o.int4), cancel)
-        cpu_plan.store_curves(info, options, curves)
+        curves, steady = calibrate.measure(info, options, lambda m, o: prepare_cpu_model(m, o.dtype, o.int4), cancel)
+        if steady:
+            cpu_plan.store_curves(info, options, curves)
+        else:
+            log.warning("%s: the CPU was busy while its plan was measured; the next load measures again",
+                        info.path.name)
     return cpu_plan.choose(curves, drafter)
 
 

@@ -34,23 +34,36 @@ _MAX_LAYERS = 8
 _WHOLE_BELOW_BYTES = 2 << 30  # models up to about 1B weights (bf16) are timed whole
 _CONTEXT = 64  # tokens already in the cache when steps are timed: a short chat turn
 _REPEATS = 2
+_UNSTEADY_SPREAD = 1.5  # slowest / fastest run of one step beyond which the CPU was busy
 _TOKENS_USED = 128  # token ids fed while timing: 1.._CONTEXT, then 100..116
 
 
 def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.nn.Module, PlanOption], None],
-            cancel: Callable[[], bool] | None = None) -> dict[str, CostCurve]:
-    """{option name: cost curve of the real model's steps}. `prepare` is the loader's own CPU
-    set-up (float32 attention, row-exact linears) applied to each shaped model."""
+            cancel: Callable[[], bool] | None = None) -> tuple[dict[str, CostCurve], bool]:
+    """({option name: cost curve of the real model's steps}, steady). `prepare` is the loader's
+    own CPU set-up (float32 attention, row-exact linears) applied to each shaped model. steady is
+    False when repeated runs of the same step disagreed (another program was busy on the CPU):
+    such curves serve this load but should not be kept."""
     started = time.monotonic()
-    curves = {}
+    curves, spreads = {}, []
     for option in options:
         model = shaped_model(info, option)
         prepare(model, option)
-        curves[option.name] = _time_model(model, info.n_layers, cancel)
+        curves[option.name], spread = _time_model(model, info.n_layers, cancel)
+        spreads.extend(spread)
         del model
-    log.info("calibrated %s in %.1fs: %s", info.path.name, time.monotonic() - started,
+    steady = is_steady(spreads)
+    log.info("calibrated %s in %.1fs%s: %s", info.path.name, time.monotonic() - started,
+             "" if steady else " (the CPU was busy: not kept)",
              {n: [round(s * 1000, 1) for s in c.seconds] for n, c in curves.items()})
-    return curves
+    return curves, steady
+
+
+def is_steady(spreads: list[tuple[float, float]]) -> bool:
+    """(fastest, slowest) seconds of each step timed: steady unless a quarter of them differ by
+    over _UNSTEADY_SPREAD times and a millisecond (tiny steps jitter by more than their size)."""
+    unsteady = [s for s in spreads if s[1] > _UNSTEADY_SPREAD * s[0] and s[1] - s[0] > 1e-3]
+    return len(unsteady) <= len(spreads) // 4
 
 
 def shaped_model(info: GGUFInfo, option: PlanOption) -> torch.nn.Module:
@@ -123,19 +136,20 @@ def _zero_int4(ggml_type: str, rows: int, k: int, bias) -> quantlinear.Int4Linea
 
 
 @torch.inference_mode()
-def _time_model(model: torch.nn.Module, n_layers: int, cancel: Callable[[], bool] | None) -> CostCurve:
+def _time_model(model: torch.nn.Module, n_layers: int,
+                cancel: Callable[[], bool] | None) -> tuple[CostCurve, list[tuple[float, float]]]:
+    """The real model's cost curve, and the (fastest, slowest) run of each step timed."""
     base = getattr(model, model.base_model_prefix)
     built = len(base.layers)
+    full, spread = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel)
     if built == n_layers:
-        full = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel)
-        return CostCurve(tuple(full[n] for n in MEASURED_TOKENS))
-    full = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel)
-    one = _step_costs(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64), cancel)
+        return CostCurve(tuple(full[n] for n in MEASURED_TOKENS)), spread
+    one, one_spread = _step_costs(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64), cancel)
     seconds = []
     for n in MEASURED_TOKENS:
         layer = max(full[n] - one[n], 0.0) / (built - 1)
         seconds.append(max(one[n] - layer, 0.0) + n_layers * layer)
-    return CostCurve(tuple(seconds))
+    return CostCurve(tuple(seconds)), spread + one_spread
 
 
 def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
@@ -149,15 +163,17 @@ def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> dict[int, float]:
+def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> tuple[dict[int, float], list[tuple[float, float]]]:
     """Minimum seconds of a step feeding n tokens and reading every position's greedy token (a
-    verify of n - 1 drafts, all accepted), from a context of _CONTEXT tokens."""
+    verify of n - 1 drafts, all accepted), from a context of _CONTEXT tokens; and per n the
+    (fastest, slowest) run."""
     kv.feed(list(range(1, _CONTEXT + 1)), 1)
     best = {n: float("inf") for n in MEASURED_TOKENS}
+    worst = {n: 0.0 for n in MEASURED_TOKENS}
     for repeat in range(_REPEATS + 1):  # the first round (short) warms caches and allocators up
         for n in MEASURED_TOKENS if repeat else MEASURED_TOKENS[::3]:
             if cancel is not None and cancel():
-                raise LoadCancelled("calibration cancelled")
+                raise LoadCancelled("loading cancelled")  # cancelled while measuring the plan
             started = time.perf_counter()
             rows = kv.feed_rows(list(range(100, 100 + n)), n)
             for i in range(n):
@@ -165,5 +181,5 @@ def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> dict[int, flo
             elapsed = time.perf_counter() - started
             kv.rewind(_CONTEXT)
             if repeat:
-                best[n] = min(best[n], elapsed)
-    return best
+                best[n], worst[n] = min(best[n], elapsed), max(worst[n], elapsed)
+    return best, [(best[n], worst[n]) for n in MEASURED_TOKENS]
