@@ -129,9 +129,11 @@ def test_text_level_sampling_matches_main_distribution(tiny_loaded):
     exact = exact_second_token(main.model, prompt)
     # The main model through text: its drafts are often right, so acceptance is exercised too.
     make = lambda: text_drafter(main, main)  # noqa: E731
-    good = second_token_counts(main, prompt, make)
+    # Fewer verify steps have a draft than with a same-vocabulary draft: a drafted text without a
+    # stable cut (one run of letters) proposes nothing.
+    good = second_token_counts(main, prompt, make, min_drafted=200)
     assert chi2_pvalue(good, exact) > 1e-3
-    broken = second_token_counts(main, prompt, make, accept_rule=always_accept)
+    broken = second_token_counts(main, prompt, make, accept_rule=always_accept, min_drafted=200)
     assert chi2_pvalue(broken, exact) < 1e-6
 
 

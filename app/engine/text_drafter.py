@@ -34,6 +34,9 @@ MIN_TAIL, MAX_TAIL, WIDE_TAIL = 4, 24, 64
 # may merge with what follows it.
 DRAFT_MARGIN = 3
 DECODE_WINDOW = 4  # tokens of left context for decoding one token (SentencePiece's leading space)
+# Draft tokens beyond the main tokens asked for: the drafted text's last word is dropped as
+# unstable, and the two vocabularies cut text into pieces of different sizes.
+EXTRA_DRAFT = 3
 
 
 class Codec:
@@ -227,8 +230,7 @@ class TextDrafter(Drafter):
             return Draft()
         self.main_text.update(context)
         target = self.draft_text.sync(self.main_text.text)
-        # One more draft token than asked: the last main token is usually dropped as unstable.
-        n_draft = min(max_tokens + 1, self.draft.n_ctx - len(target) - 1)
+        n_draft = min(max_tokens + EXTRA_DRAFT, self.draft.n_ctx - len(target) - 1)
         if not target or n_draft <= 0:
             return Draft()
         drafted = self._draft(target, n_draft)
