@@ -146,3 +146,19 @@ def test_greedy_drafting_ignores_the_sampling_settings(tiny_loaded):
     drafter.configure(SamplingParams(temperature=1.0, seed=2), 0.0)
     assert drafter.propose(ids, 6) == first and first.probs is None
     assert all(isinstance(t, int) for t in first.tokens) and torch.is_tensor(torch.tensor(first.tokens))
+
+
+@pytest.mark.demo
+@pytest.mark.parametrize("main_key,draft_key", [("gemma3-270m", "smollm2-135m"), ("smollm2-135m", "gemma3-270m")])
+def test_builtin_pair_drafts_through_text_with_greedy_identity(demo_path, main_key, draft_key):
+    from app.engine.loader import load_model
+
+    main = load_model(demo_path(main_key), device="cpu", dtype="float32")
+    draft = load_model(demo_path(draft_key), device="cpu", dtype="float32")
+    drafter = make_drafter(main, draft=draft)
+    assert isinstance(drafter, TextDrafter)
+    ids = main.tokenizer.encode("def add(a, b):\n    return a + b\n\n# The same function, renamed:\ndef")
+    _, baseline = run(main, ids, NoDrafter(), max_new_tokens=32)
+    _, summary = run(main, ids, drafter, max_new_tokens=32, draft_max=6, draft_p_min=0.0)
+    assert summary.tokens == baseline.tokens and summary.text == baseline.text
+    assert summary.n_drafted > 0
