@@ -289,3 +289,26 @@ def test_writes_are_checked_against_their_folder(tmp_path):
     for bad in (root / "blobs" / ".." / ".." / "x", root / "blobs" / "out" / "x", Path("/tmp/x")):
         with pytest.raises(HubError, match="outside"):
             _check_within(root, bad)
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative", "via-blobs-link"])
+def test_delete_never_follows_a_snapshot_link_out_of_the_cache(hub, tmp_path, how):
+    path = download_gguf(REPO_BIG, BIG_FILE)
+    real_blob = Path(os.path.realpath(path))
+    outside = tmp_path / "precious.gguf"
+    outside.write_bytes(b"not the cache's")
+    path.unlink()
+    if how == "absolute":
+        path.symlink_to(outside)
+    elif how == "relative":
+        path.symlink_to(os.path.relpath(outside, path.parent))
+    else:  # a link inside blobs/ leading out: only the link itself may go
+        link = real_blob.parent / ("f" * 64)
+        link.symlink_to(outside)
+        path.symlink_to(os.path.relpath(link, path.parent))
+    [model] = list_local_models(include_builtin=False)
+    delete_local_model(model)
+    assert outside.read_bytes() == b"not the cache's"
+    assert not path.is_symlink()
+    if how == "via-blobs-link":
+        assert not (real_blob.parent / ("f" * 64)).is_symlink()
