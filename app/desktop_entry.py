@@ -4,8 +4,12 @@ Installing writes `applications/io.github.specula.Specula.desktop` and the icons
 `icons/hicolor/` of a data folder (default `$XDG_DATA_HOME`, i.e. ~/.local/share), then a manifest,
 `specula/installed-files.txt`, listing every file and folder it created (files with their sha256).
 Uninstalling removes exactly those: files still as written, then the folders it created if they
-are empty, so the folder is left as it was found. Every file is written under a temporary name
-and renamed, and a failed install removes what it had written: never a half-written entry.
+are empty, so the folder is left as it was found. A desktop-tool cache (`mimeinfo.cache`,
+`icon-theme.cache`) goes only when the install created it and nobody rewrote it since (its
+sha256 is recorded too); otherwise it is refreshed in place. Installing never overwrites an
+entry or icon of ours by name that it did not write (`force` to replace it). Every file is
+written under a temporary name and renamed, and a failed install removes what it had written:
+never a half-written entry.
 
 The application's name, desktop-file id and icon folder live here too (the window sets them), so
 the entry's `Icon` and `StartupWMClass` always match what the running app announces.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +43,10 @@ KEYWORDS = "LLM;GGUF;AI;chat;language model;speculative decoding;llama;"
 # any of them must be double-quoted, and inside the quotes these four need a backslash.
 _EXEC_RESERVED = set(" \t\n\"'\\><~|&;$*?#()`")
 _EXEC_QUOTED_ESCAPES = set('"`$\\')
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_CACHE_FILES = {"mimeinfo.cache": Path("applications"), "icon-theme.cache": Path("icons") / "hicolor"}
 
 
 class DesktopInstallError(SpeculaError):
@@ -109,6 +118,13 @@ def exec_argument(arg: str) -> str:
 
 def desktop_entry_text(command: list[str]) -> str:
     """The .desktop file for launching `command` (absolute argv)."""
+    for arg in command:  # desktop files are UTF-8; a path that is not cannot be written in one
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DesktopInstallError(
+                f"cannot put a path that is not valid UTF-8 in a desktop entry: "
+                f"{os.fsencode(arg).decode('utf-8', 'backslashreplace')}") from None
     lines = [
         "[Desktop Entry]",
         "Type=Application",
@@ -142,17 +158,18 @@ def _working_dir(command: list[str]) -> list[str]:
 @dataclass
 class Manifest:
     """What one install created: folders (top-down), files with their sha256, and caches that
-    the desktop tools generated where there were none (absolute paths)."""
+    the desktop tools generated where there were none, with their sha256 then (absolute paths;
+    a cache recorded without one, by an older version, is never removed)."""
 
     dirs: list[Path] = field(default_factory=list)
     files: dict[Path, str] = field(default_factory=dict)
-    caches: list[Path] = field(default_factory=list)
+    caches: dict[Path, str | None] = field(default_factory=dict)
 
     def text(self) -> str:
         out = ["# Written by `specula install-desktop`; `specula install-desktop --uninstall` removes these."]
         out += [f"dir {d}" for d in self.dirs]
         out += [f"file {digest} {path}" for path, digest in self.files.items()]
-        out += [f"cache {c}" for c in self.caches]
+        out += [f"cache {digest} {c}" for c, digest in self.caches.items()]
         return "\n".join(out) + "\n"
 
     @classmethod
@@ -165,8 +182,12 @@ class Manifest:
             if kind == "dir":
                 manifest.dirs.append(Path(rest))
             elif kind == "cache":
-                manifest.caches.append(Path(rest))
-            elif kind == "file" and " " in rest:
+                digest, _, path = rest.partition(" ")
+                if _DIGEST.fullmatch(digest) and path:
+                    manifest.caches[Path(path)] = digest
+                else:
+                    manifest.caches[Path(rest)] = None
+            elif kind == "file" and _DIGEST.fullmatch(rest.partition(" ")[0]) and rest.partition(" ")[2]:
                 digest, _, path = rest.partition(" ")
                 manifest.files[Path(path)] = digest
             else:
@@ -187,22 +208,26 @@ class InstallResult:
     files: list[Path]
 
 
-def install(prefix: Path | None = None, command: list[str] | None = None) -> InstallResult:
+def install(prefix: Path | None = None, command: list[str] | None = None, force: bool = False) -> InstallResult:
     """Write the entry, the icons and the manifest under `prefix` (replacing an earlier install
-    there). DesktopInstallError with one line when something is missing or not writable."""
+    there). DesktopInstallError with one line when something is missing or not writable, or
+    when a file of that name is there that Specula did not write (unless `force`)."""
     prefix = Path(os.path.abspath(prefix or default_prefix()))
     command = command or launcher_command()
     sources = icon_sources()
     missing = [str(p) for p in sources.values() if not p.is_file()]
     if missing:
         raise DesktopInstallError(f"icon not found: {missing[0]} (run packaging/render_icons.py)")
-    if manifest_path(prefix).exists():
-        uninstall(prefix)
+    _check_utf8_path(prefix)
 
     entry = prefix / "applications" / f"{APP_ID}.desktop"
     payload: dict[Path, bytes] = {entry: desktop_entry_text(command).encode("utf-8")}
     for name, source in sources.items():
         payload[prefix / "icons" / "hicolor" / name] = source.read_bytes()
+    if not force:
+        _refuse_foreign(payload, _read_manifest(prefix))
+    if manifest_path(prefix).exists():
+        uninstall(prefix)
 
     manifest = Manifest()
     try:
@@ -219,17 +244,43 @@ def install(prefix: Path | None = None, command: list[str] | None = None) -> Ins
     return InstallResult(entry, command, list(payload))
 
 
+def _check_utf8_path(prefix: Path) -> None:
+    try:
+        str(prefix).encode("utf-8")
+    except UnicodeEncodeError:
+        raise DesktopInstallError(f"cannot install under a folder whose name is not valid UTF-8: "
+                                  f"{os.fsencode(prefix).decode('utf-8', 'backslashreplace')}") from None
+
+
+def _read_manifest(prefix: Path) -> Manifest | None:
+    where = manifest_path(prefix)
+    if not where.is_file():
+        return None
+    try:
+        return Manifest.parse(where.read_text(encoding="utf-8"), where)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DesktopInstallError(f"cannot read {where}: {exc}") from exc
+
+
+def _refuse_foreign(payload: dict[Path, bytes], earlier: Manifest | None) -> None:
+    """A file where ours would go that an earlier install of ours did not write as it is now
+    (another packaging of Specula, the user's own edit) is not ours to replace."""
+    for target in payload:
+        if not (target.exists() or target.is_symlink()):
+            continue
+        digest = earlier.files.get(target) if earlier else None
+        if target.is_symlink() or not target.is_file() or digest is None or _sha256(target) != digest:
+            raise DesktopInstallError(f"{target} exists and was not written by `specula install-desktop`; "
+                                      f"not replacing it (use --force to replace it)")
+
+
 def uninstall(prefix: Path | None = None) -> list[Path]:
     """Remove what the install under `prefix` wrote; the removed files ([] if none was there)."""
     prefix = Path(os.path.abspath(prefix or default_prefix()))
-    where = manifest_path(prefix)
-    if not where.is_file():
+    manifest = _read_manifest(prefix)
+    if manifest is None:
         return []
-    try:
-        manifest = Manifest.parse(where.read_text(encoding="utf-8"), where)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DesktopInstallError(f"cannot read {where}: {exc}") from exc
-    manifest.files[where] = ""  # the manifest goes too (it is in a folder the install created)
+    manifest.files[manifest_path(prefix)] = ""  # the manifest goes too (in a folder the install created)
     return _remove(manifest, prefix)
 
 
@@ -239,15 +290,18 @@ def _remove(manifest: Manifest, prefix: Path) -> list[Path]:
         if not _inside(path, prefix):
             log.warning("not removing %s: outside %s", path, prefix)
             continue
-        if not path.is_file():
+        if path.is_symlink() or not path.is_file():
             continue
         if digest and _sha256(path) != digest:
             log.warning("keeping %s: it was changed after it was installed", path)
             continue
         path.unlink()
         removed.append(path)
-    for cache in manifest.caches:  # generated by the desktop tools for our files only
-        if _inside(cache, prefix) and cache.is_file():
+    for cache, digest in manifest.caches.items():
+        # Ours only while nobody rewrote it: another app's refresh makes it describe their files.
+        expected = _CACHE_FILES.get(cache.name)
+        if (digest is not None and expected is not None and Path(os.path.abspath(cache)) == prefix / expected / cache.name
+                and cache.is_file() and not cache.is_symlink() and _sha256(cache) == digest):
             cache.unlink()
     _refresh_caches(prefix, only_existing=True)
     for folder in reversed(manifest.dirs):
@@ -258,15 +312,16 @@ def _remove(manifest: Manifest, prefix: Path) -> list[Path]:
     return removed
 
 
-def _refresh_caches(prefix: Path, only_existing: bool = False) -> list[Path]:
+def _refresh_caches(prefix: Path, only_existing: bool = False) -> dict[Path, str]:
     """Run update-desktop-database and gtk-update-icon-cache where they exist (failures are
     ignored: the entry works without them). The cache files they created where there were
-    none, so that uninstalling can remove them. `only_existing`: refresh existing caches only."""
+    none, with their sha256, so that uninstalling can remove them if they are still as made.
+    `only_existing`: refresh existing caches only."""
     jobs = [
         ("update-desktop-database", prefix / "applications", "mimeinfo.cache", ["-q"]),
         ("gtk-update-icon-cache", prefix / "icons" / "hicolor", "icon-theme.cache", ["-q"]),
     ]
-    created = []
+    created = {}
     for tool, folder, cache_name, flags in jobs:
         program = shutil.which(tool)
         cache = folder / cache_name
@@ -277,8 +332,8 @@ def _refresh_caches(prefix: Path, only_existing: bool = False) -> list[Path]:
             subprocess.run([program, *flags, str(folder)], capture_output=True, timeout=60, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             log.info("%s failed: %s", tool, exc)
-        if not existed and cache.exists():
-            created.append(cache)
+        if not existed and cache.is_file():
+            created[cache] = _sha256(cache)
     return created
 
 

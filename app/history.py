@@ -9,7 +9,10 @@ only an operating-system crash or power loss can cost the last moments of a repl
 
 A file that is not a readable database (corrupt, truncated, not SQLite) is moved aside to
 `<name>.corrupt-<timestamp>` with a warning, and a fresh history starts: the app never fails to
-start because of its history, and the damaged file is kept for the user to rescue.
+start because of its history, and the damaged file is kept for the user to rescue. Inside a
+readable file, a value that cannot be read (stats, draft spans or settings that are not the JSON
+we write, a message whose text or role is not one) costs only that value or that row: the rest is
+shown, and one message (`HistoryStore.notice`) says what was left out, for the window to show.
 """
 
 from __future__ import annotations
@@ -109,7 +112,43 @@ def _spans_to_json(spans: Iterable[Sequence[int]]) -> str:
 
 
 def _spans_from_json(text: str) -> tuple[tuple[int, int], ...]:
-    return tuple((int(start), int(end)) for start, end in json.loads(text or "[]"))
+    spans = tuple((int(start), int(end)) for start, end in json.loads(text or "[]"))
+    if any(not 0 <= start <= end for start, end in spans):
+        raise ValueError("draft spans out of order")
+    return spans
+
+
+def _dict_from_json(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object but {type(value).__name__}")
+    return value
+
+
+# What reading a row's stored JSON can raise when another program (or damage) wrote the value.
+_BAD_VALUE = (ValueError, TypeError, OverflowError, RecursionError)
+
+
+_COLUMNS = {
+    "chats": {"id", "title", "created", "updated", "system_prompt", "settings"},
+    "messages": {"id", "chat_id", "role", "content", "draft_spans", "stats", "complete", "created"},
+}
+
+
+def _check_columns(db: sqlite3.Connection) -> None:
+    """Tables of these names that lack our columns were not written by Specula: the file is
+    treated as unreadable (moved aside) rather than failing at every read."""
+    for table, wanted in _COLUMNS.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if not wanted <= have:
+            raise sqlite3.DatabaseError(f"table {table} lacks {', '.join(sorted(wanted - have))}")
+
+
+def _number(value: Any) -> float:
+    """A stored time; anything else reads as 0 (sorted last), never an error."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _to_json(value: dict | None) -> str | None:
@@ -125,7 +164,21 @@ class HistoryStore:
         # One connection shared under a lock: the window writes from its thread, and a worker
         # may read; sqlite3's own same-thread check would forbid that.
         self._lock = threading.RLock()
+        self._problems: list[str] = []  # what was moved aside, repaired or left out, once each
         self._db = self._open()
+
+    @property
+    def notice(self) -> str | None:
+        """One line for the user about what could not be read (None when everything could)."""
+        if not self._problems:
+            return None
+        more = f" (and {len(self._problems) - 1} more)" if len(self._problems) > 1 else ""
+        return f"History: {self._problems[0]}{more}"
+
+    def _problem(self, message: str) -> None:
+        if message not in self._problems:
+            self._problems.append(message)
+            log.warning("history %s: %s", self.path, message)
 
     # -- opening -------------------------------------------------------------------------
 
@@ -143,8 +196,7 @@ class HistoryStore:
             if not self.path.exists():
                 raise HistoryError(f"cannot open the history {self.path}: {exc}") from exc
             aside = self._move_aside()
-            log.warning("history %s is unreadable (%s); moved it to %s and started a new one",
-                        self.path, exc, aside.name)
+            self._problem(f"the file was unreadable ({exc}); moved it to {aside.name} and started a new one")
             try:
                 return self._connect()
             except sqlite3.DatabaseError as again:
@@ -163,6 +215,7 @@ class HistoryStore:
             if verdict != "ok":
                 raise sqlite3.DatabaseError(f"integrity check failed: {verdict}")
             db.executescript(_SCHEMA)
+            _check_columns(db)
             self._check_version(db)
         except BaseException:
             db.close()
@@ -171,6 +224,12 @@ class HistoryStore:
         return db
 
     def _check_version(self, db: sqlite3.Connection) -> None:
+        # Only integers are versions: a 'x' written there is damage, not a newer schema, so it is
+        # dropped (the tables were just checked to be ours) instead of stopping the app.
+        bad = db.execute("SELECT COUNT(*) FROM schema_version WHERE typeof(version) != 'integer'").fetchone()[0]
+        if bad:
+            db.execute("DELETE FROM schema_version WHERE typeof(version) != 'integer'")
+            self._problem(f"its schema version was not a number; read as version {SCHEMA_VERSION}")
         row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
         if row[0] is None:
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -242,8 +301,23 @@ class HistoryStore:
         return chat_id
 
     def chat(self, chat_id: int) -> ChatRow | None:
-        rows = self._read(_CHAT_ROWS + " WHERE c.id = ?", (chat_id,))
-        return ChatRow(*rows[0]) if rows else None
+        rows = self._chat_rows(self._read(_CHAT_ROWS + " WHERE c.id = ?", (chat_id,)))
+        return rows[0] if rows else None
+
+    def _chat_rows(self, rows: list[tuple]) -> list[ChatRow]:
+        """Rows as ChatRow; a title or time that is not what we write is replaced, an id that is
+        not an integer leaves the row out (nothing could open it)."""
+        out = []
+        for chat_id, title, created, updated, n_messages in rows:
+            if not isinstance(chat_id, int):
+                self._problem(f"a chat with the id {chat_id!r} was left out")
+                continue
+            if not isinstance(title, str):
+                self._problem(f"chat {chat_id} had no readable title")
+                title = DEFAULT_TITLE
+            created, updated = (_number(v) for v in (created, updated))
+            out.append(ChatRow(chat_id, title, created, updated, n_messages))
+        return out
 
     def chats(self, search: str = "") -> list[ChatRow]:
         """Newest first; `search` matches the title or any message's text, ignoring case."""
@@ -258,7 +332,7 @@ class HistoryStore:
                 + _NEWEST_FIRST,
                 {"q": needle},
             )
-        return [ChatRow(*row) for row in rows]
+        return self._chat_rows(rows)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         title = " ".join(title.split())
@@ -275,6 +349,9 @@ class HistoryStore:
         rows = self._read("SELECT system_prompt FROM chats WHERE id = ?", (chat_id,))
         if not rows:
             raise HistoryError(f"there is no chat {chat_id} in the history")
+        if not isinstance(rows[0][0], str):
+            self._problem(f"chat {chat_id}'s system prompt was unreadable")
+            return ""
         return rows[0][0]
 
     def set_system_prompt(self, chat_id: int, text: str) -> None:
@@ -285,7 +362,11 @@ class HistoryStore:
         rows = self._read("SELECT settings FROM chats WHERE id = ?", (chat_id,))
         if not rows:
             raise HistoryError(f"there is no chat {chat_id} in the history")
-        return json.loads(rows[0][0] or "{}")
+        try:
+            return _dict_from_json(rows[0][0] or "{}") or {}
+        except _BAD_VALUE:
+            self._problem(f"chat {chat_id}'s settings were unreadable; defaults used")
+            return {}
 
     def set_chat_settings(self, chat_id: int, settings: dict) -> None:
         self._require_chat(chat_id)
@@ -300,15 +381,29 @@ class HistoryStore:
             " FROM messages WHERE chat_id = ? ORDER BY id",
             (chat_id,),
         )
-        return [
-            MessageRow(
-                id=row[0], chat_id=row[1], role=row[2], content=row[3],
-                draft_spans=_spans_from_json(row[4]),
-                stats=None if row[5] is None else json.loads(row[5]),
-                complete=bool(row[6]), created=row[7],
-            )
-            for row in rows
-        ]
+        return [message for row in rows if (message := self._message(row)) is not None]
+
+    def _message(self, row: tuple) -> MessageRow | None:
+        """A row as MessageRow: unreadable spans or stats are dropped (the text is what matters);
+        a row without a readable text, role or id is left out."""
+        message_id, chat_id, role, content, spans, stats, complete, created = row
+        if not isinstance(message_id, int) or role not in ROLES or not isinstance(content, str):
+            self._problem(f"an unreadable message of chat {chat_id} was left out")
+            return None
+        try:
+            draft_spans = _spans_from_json(spans) if isinstance(spans, str) else ()
+        except _BAD_VALUE:
+            self._problem(f"message {message_id}'s draft marks were unreadable")
+            draft_spans = ()
+        try:
+            stats_value = _dict_from_json(stats) if isinstance(stats, str) or stats is None else None
+        except _BAD_VALUE:
+            self._problem(f"message {message_id}'s stats were unreadable")
+            stats_value = None
+        return MessageRow(id=message_id, chat_id=chat_id, role=role, content=content,
+                          draft_spans=draft_spans, stats=stats_value,
+                          complete=bool(complete) if isinstance(complete, int) else True,
+                          created=_number(created))
 
     def add_message(self, chat_id: int, role: str, content: str = "", complete: bool = True) -> int:
         if role not in ROLES:

@@ -92,6 +92,8 @@ class Faults:
     throttle_bps: int | None = None  # CDN GET body speed
     corrupt: set[str] = field(default_factory=set)  # file names served with one byte flipped
     ignore_range: bool = False
+    etag: str | None = None  # /resolve: this X-Linked-Etag (raw header value) instead of the SHA-256
+    commit: str | None = None  # /resolve: this X-Repo-Commit instead of the repo's
 
 
 @dataclass
@@ -333,6 +335,11 @@ class _Handler(BaseHTTPRequestHandler):
         sha = hashlib.sha256(data).hexdigest()
         headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)),
                         "Location": f"{self.hub.cdn_url}/cdn/{sha}?name={name}"})
+        faults = self.hub.faults  # a hostile hub choosing the names the client writes under
+        if faults.etag is not None:
+            headers["X-Linked-Etag"] = faults.etag
+        if faults.commit is not None:
+            headers["X-Repo-Commit"] = faults.commit
         self._send(302, b"", headers)
 
     # --- CDN -------------------------------------------------------------------------------

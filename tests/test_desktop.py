@@ -253,3 +253,80 @@ def test_icons_are_real_pngs_of_every_size():
         assert corner.alpha() == 0 and centre.alpha() == 255, path  # a rounded tile, not a blank
     svg = QSvgRenderer(str(desktop_entry.icon_svg()))
     assert svg.isValid() and svg.defaultSize().width() == svg.defaultSize().height()
+
+
+# --- files Specula did not write ------------------------------------------------------------
+
+FOREIGN = "[Desktop Entry]\nType=Application\nName=Specula (packaged)\nExec=/usr/bin/specula\n"
+
+
+def test_an_entry_it_did_not_write_is_neither_replaced_nor_removed(tmp_path):
+    prefix = tmp_path / "share"
+    entry = prefix / "applications" / f"{APP_ID}.desktop"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(FOREIGN, encoding="utf-8")
+    before = tree(prefix)
+    with pytest.raises(DesktopInstallError, match="was not written by `specula install-desktop`.*--force"):
+        desktop_entry.install(prefix)
+    assert tree(prefix) == before
+    assert desktop_entry.uninstall(prefix) == [] and entry.read_text(encoding="utf-8") == FOREIGN
+    done = specula("install-desktop", "--prefix", str(prefix))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--force" in done.stderr
+    assert tree(prefix) == before
+    # --force replaces it, knowingly; from then on it is ours and uninstall removes it
+    desktop_entry.install(prefix, command=["/opt/specula/Specula"], force=True)
+    assert parse_exec(read_entry(entry)["Exec"]) == ["/opt/specula/Specula"]
+    desktop_entry.uninstall(prefix)
+    assert not entry.exists()
+
+
+def test_an_entry_edited_since_install_is_not_replaced_without_force(tmp_path):
+    prefix = tmp_path / "share"
+    entry = desktop_entry.install(prefix).entry
+    entry.write_text(entry.read_text(encoding="utf-8") + "X-Mine=true\n", encoding="utf-8")
+    with pytest.raises(DesktopInstallError, match="--force"):
+        desktop_entry.install(prefix)
+    assert "X-Mine=true" in entry.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("recorded", ["rewritten-since", "old-manifest-line", "not-a-cache-name"])
+def test_uninstall_keeps_caches_it_did_not_write(tmp_path, recorded):
+    prefix = tmp_path / "share"
+    desktop_entry.install(prefix)
+    apps = prefix / "applications"
+    cache = apps / ("mimeinfo.cache" if recorded != "not-a-cache-name" else "notes.cache")
+    ours = b"[MIME Cache]\n"
+    theirs = b"[MIME Cache]\ntext/x-other=other.desktop;\n"
+    cache.write_bytes(theirs)  # another app's update-desktop-database run, after ours
+    line = {"rewritten-since": f"cache {hashlib.sha256(ours).hexdigest()} {cache}",
+            "old-manifest-line": f"cache {cache}",
+            "not-a-cache-name": f"cache {hashlib.sha256(theirs).hexdigest()} {cache}"}[recorded]
+    manifest = desktop_entry.manifest_path(prefix)
+    manifest.write_text(manifest.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    desktop_entry.uninstall(prefix)
+    assert cache.read_bytes() == theirs
+    assert not (apps / f"{APP_ID}.desktop").exists()
+
+
+def test_a_cache_still_as_the_install_made_it_is_removed(tmp_path):
+    prefix = tmp_path / "share"
+    desktop_entry.install(prefix)
+    cache = prefix / "applications" / "mimeinfo.cache"
+    cache.write_bytes(b"[MIME Cache]\n")
+    manifest = desktop_entry.manifest_path(prefix)
+    manifest.write_text(manifest.read_text(encoding="utf-8")
+                        + f"cache {hashlib.sha256(cache.read_bytes()).hexdigest()} {cache}\n", encoding="utf-8")
+    desktop_entry.uninstall(prefix)
+    assert not prefix.exists()
+
+
+def test_a_launcher_or_folder_that_is_not_utf8_is_one_line(tmp_path):
+    launcher = os.fsdecode(b"/opt/sp\xffecula/specula")
+    with pytest.raises(DesktopInstallError, match="not valid UTF-8") as exc:
+        desktop_entry.install(tmp_path / "share", command=[launcher])
+    assert "\n" not in str(exc.value) and not (tmp_path / "share").exists()
+    bad_prefix = os.fsencode(tmp_path) + b"/sh\xffare"
+    done = subprocess.run([sys.executable, "-m", "app", "install-desktop", "--prefix", bad_prefix], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "not valid UTF-8" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not os.path.exists(bad_prefix)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import pickle
+import stat
 import subprocess
 import sys
 
@@ -90,6 +94,130 @@ def test_damaged_tokenizer_cache_is_rebuilt(tiny_paths, tmp_path, monkeypatch, c
     assert "rebuilding" in caplog.text
     assert tokenizer.encode(SAMPLES[1]) == AutoTokenizer.from_pretrained(
         str(info.path.parent), gguf_file=info.path.name).encode(SAMPLES[1])
+
+
+class _Payload:
+    """Unpickling this runs code: it creates the file named in `marker`."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _same_tokenizer(tok, reference) -> None:
+    for text in SAMPLES + ["<|im_start|>system\nhi<|im_end|>"]:
+        assert tok.encode(text) == reference.encode(text)
+        ids = reference.encode(text)
+        assert tok.decode(ids) == reference.decode(ids)
+    assert tok.chat_template == reference.chat_template
+    assert (tok.bos_token_id, tok.eos_token_id) == (reference.bos_token_id, reference.eos_token_id)
+
+
+def test_planted_pickle_is_never_loaded(tiny_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    info = read_gguf_info(tiny_paths["llama-f32"])
+    marker = tmp_path / "code-ran"
+    payload = pickle.dumps(_Payload(str(marker)))
+    folder = fastload.tokenizer_cache_dir()
+    folder.mkdir(parents=True)
+    key = fastload.header_key(info)
+    (folder / f"{key}.pickle").write_bytes(payload)  # where the old cache kept it
+    tokenizer = fastload.load_tokenizer(info)
+    assert not marker.exists()
+    entry = fastload.tokenizer_cache_file(info)  # and in place of both files of the new entry
+    entry.write_bytes(payload)
+    fastload.tokenizer_json_file(entry).write_bytes(payload)
+    fastload.load_tokenizer(info)
+    again = fastload.load_tokenizer(info)  # from the rebuilt entry
+    assert not marker.exists()
+    _same_tokenizer(again, tokenizer)
+    assert json.loads(entry.read_text())["key"] == key
+
+
+def _entry_edits():
+    def wrong_key(meta, tok_json):
+        meta["key"] = "0" * 32
+
+    def path_argument(meta, tok_json):
+        meta["kwargs"]["gguf_file"] = "/etc/passwd"
+
+    def nested_value(meta, tok_json):
+        meta["kwargs"]["bos_token"] = {"__class__": {"x": 1}}
+
+    def other_class(meta, tok_json):
+        meta["class"] = "Qwen2Tokenizer"
+
+    def edited_tokenizer_json(meta, tok_json):
+        tok_json.write_text(tok_json.read_text().replace('"<|im_end|>"', '"<|im_END|>"'))
+
+    def missing_tokenizer_json(meta, tok_json):
+        tok_json.unlink()
+
+    def not_a_dict(meta, tok_json):
+        meta.clear()
+
+    return [wrong_key, path_argument, nested_value, other_class, edited_tokenizer_json,
+            missing_tokenizer_json, not_a_dict]
+
+
+@pytest.mark.parametrize("edit", _entry_edits(), ids=lambda f: f.__name__)
+def test_wrong_or_mismatching_entry_is_a_cache_miss(tiny_paths, tmp_path, monkeypatch, caplog, edit):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(tiny_paths["llama-f32"])
+    fresh = fastload.build_tokenizer(info)
+    fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_file(info)
+    meta = json.loads(entry.read_text())
+    edit(meta, fastload.tokenizer_json_file(entry))
+    entry.write_text(json.dumps(meta))
+    fastload._warned.clear()
+    with caplog.at_level(logging.WARNING):
+        tokenizer = fastload.load_tokenizer(info)
+    assert caplog.text.count("rebuilding") == 1
+    _same_tokenizer(tokenizer, fresh)
+    assert json.loads(entry.read_text())["kwargs"].get("gguf_file") is None  # rewritten
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
+def test_cache_folder_and_files_are_private(tiny_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = fastload.tokenizer_cache_dir()
+    folder.mkdir(parents=True, mode=0o755)
+    os.chmod(folder, 0o755)  # as an older version left it
+    info = read_gguf_info(tiny_paths["qwen2-f32"])
+    fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_file(info)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for path in (entry, fastload.tokenizer_json_file(entry)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, fastload.tokenizer_json_file(entry).name])
+
+
+def test_cache_folder_that_is_a_link_is_not_used(tiny_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fastload.tokenizer_cache_dir().parent.mkdir(parents=True)
+    fastload.tokenizer_cache_dir().symlink_to(elsewhere)
+    info = read_gguf_info(tiny_paths["qwen2-f32"])
+    _same_tokenizer(fastload.load_tokenizer(info), fastload.build_tokenizer(info))
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.demo
+def test_smollm2_cached_tokenizer_equals_fresh(demo_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(demo_path("smollm2-135m"))
+    fresh = fastload.build_tokenizer(info)
+    fastload.load_tokenizer(info)
+    cached = fastload.load_tokenizer(info)
+    assert type(cached) is type(fresh)
+    _same_tokenizer(cached, fresh)
+    messages = [{"role": "user", "content": "Hi there"}]
+    assert cached.apply_chat_template(messages, tokenize=False) == fresh.apply_chat_template(messages, tokenize=False)
+    assert cached.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()
 
 
 def test_missing_tensor_is_named(tmp_path):

@@ -225,3 +225,89 @@ def test_chat_row_is_frozen(store):
     assert isinstance(row, ChatRow)
     with pytest.raises(AttributeError):
         row.title = "x"
+
+
+def _raw(path):
+    import sqlite3
+
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def test_corrupt_values_cost_only_themselves(tmp_path):
+    path = tmp_path / "history.sqlite3"
+    with HistoryStore(path) as store:
+        chat = store.new_chat("kept", settings={"temp": 0.5})
+        good = store.add_message(chat, "user", "readable")
+        bad_stats = store.add_message(chat, "assistant", "reply one")
+        bad_spans = store.add_message(chat, "assistant", "reply two")
+        backwards = store.add_message(chat, "assistant", "reply three")
+        store.update_message(good, "readable", draft_spans=[(0, 4)], stats={"tokens": 3})
+    db = _raw(path)
+    db.execute("UPDATE messages SET stats = '{not json' WHERE id = ?", (bad_stats,))
+    db.execute("UPDATE messages SET draft_spans = '\"nope\"', stats = '[1, 2]' WHERE id = ?", (bad_spans,))
+    db.execute("UPDATE messages SET draft_spans = '[[5, 1]]' WHERE id = ?", (backwards,))
+    db.execute("UPDATE chats SET settings = '{bad' WHERE id = ?", (chat,))
+    db.close()
+    with HistoryStore(path) as store:
+        assert store.notice is None  # nothing read yet
+        rows = store.messages(chat)
+        assert [m.content for m in rows] == ["readable", "reply one", "reply two", "reply three"]
+        assert rows[0].draft_spans == ((0, 4),) and rows[0].stats == {"tokens": 3}
+        assert [m.stats for m in rows[1:]] == [None, None, None]
+        assert [m.draft_spans for m in rows[1:]] == [(), (), ()]
+        assert store.chat_settings(chat) == {}
+        assert store.notice.startswith("History: ") and "\n" not in store.notice
+        store.set_chat_settings(chat, {"temp": 0.7})  # and the chat is still writable
+        assert store.chat_settings(chat) == {"temp": 0.7}
+
+
+def test_rows_another_program_wrote_are_left_out_not_raised(tmp_path):
+    # Tables with our columns but none of our constraints, as a hostile or foreign file may have.
+    path = tmp_path / "history.sqlite3"
+    db = _raw(path)
+    db.executescript("""
+        CREATE TABLE schema_version (version);
+        CREATE TABLE chats (id, title, created, updated, system_prompt, settings);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, chat_id, role, content, draft_spans, stats, complete, created);
+        INSERT INTO schema_version VALUES (1);
+        INSERT INTO chats VALUES (1, X'00ff', 'yesterday', 5.0, 42, NULL);
+        INSERT INTO chats VALUES ('two', 'text id', 1.0, 1.0, '', '{}');
+        INSERT INTO messages VALUES (1, 1, 'user', 'fine', '[]', NULL, 1, 1.0);
+        INSERT INTO messages VALUES (2, 1, 'evil', 'bad role', '[]', NULL, 1, 1.0);
+        INSERT INTO messages VALUES (3, 1, 'assistant', X'00', '[]', NULL, 1, 1.0);
+        INSERT INTO messages VALUES (4, 1, 'assistant', 'also fine', '[[0, 1e400]]', '{}', 'yes', 'noon');
+    """)
+    db.close()
+    with HistoryStore(path) as store:
+        [chat] = store.chats()
+        assert (chat.id, chat.title, chat.created) == (1, "New chat", 0.0)
+        assert store.system_prompt(1) == ""
+        assert [m.content for m in store.messages(1)] == ["fine", "also fine"]
+        assert store.notice is not None
+
+
+def test_a_schema_version_that_is_not_a_number_does_not_stop_the_app(tmp_path, caplog):
+    path = tmp_path / "history.sqlite3"
+    with HistoryStore(path) as store:
+        store.new_chat("still here")
+    db = _raw(path)
+    db.execute("UPDATE schema_version SET version = 'x'")
+    db.close()
+    with caplog.at_level(logging.WARNING, logger="app.history"):
+        store = HistoryStore(path)
+    assert [c.title for c in store.chats()] == ["still here"]
+    assert "schema version" in store.notice and "schema version" in caplog.text
+    store.close()
+    with HistoryStore(path) as again:  # repaired: no message the second time
+        assert again.notice is None
+
+
+def test_tables_that_are_not_ours_are_moved_aside(tmp_path):
+    path = tmp_path / "history.sqlite3"
+    db = _raw(path)
+    db.executescript("CREATE TABLE messages (id, body); INSERT INTO messages VALUES (1, 'x');")
+    db.close()
+    with HistoryStore(path) as store:
+        assert store.chats() == []
+        assert "moved it to history.sqlite3.corrupt-" in store.notice
+    assert len(list(tmp_path.glob("history.sqlite3.corrupt-*"))) == 1

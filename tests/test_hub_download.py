@@ -224,3 +224,91 @@ def test_a_folder_file_copied_in_by_hand_is_recognised_by_its_hash(hub, hub_file
     (dest / BIG_FILE).write_bytes(hub_files["big"].read_bytes())
     assert download_gguf(REPO_BIG, BIG_FILE, dest) == dest / BIG_FILE
     assert hub.cdn_gets() == []
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+HOSTILE = {
+    "etag-traversal": dict(etag='"../../../x"'),
+    "etag-weak-traversal": dict(etag='W/"../../escaped"'),
+    "etag-not-hex": dict(etag='"' + "g" * 64 + '"'),
+    "etag-absolute": dict(etag='"{outside}"'),
+    "commit-traversal": dict(commit="../../../x"),
+    "commit-short": dict(commit="abc123"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hub_answer_never_chooses_a_path(hub, tmp_path, case):
+    from app.hub.remote import fetch_remote_header
+
+    outside = tmp_path / "outside"
+    for name, value in HOSTILE[case].items():
+        setattr(hub.faults, name, value.format(outside=outside))
+    before = _tree(tmp_path)
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for dest in (None, folder):
+        with pytest.raises(HubError, match="(ETag|commit) that is not a (git|SHA-256|git or SHA-256) hash") as exc:
+            download_gguf(REPO_BIG, BIG_FILE, dest)
+        assert "\n" not in str(exc.value)
+    with pytest.raises(HubError, match="refusing to use it"):
+        fetch_remote_header(REPO_BIG, BIG_FILE)
+    # Nothing written anywhere: not outside the cache, not in it, not in the folder.
+    assert _tree(tmp_path) - before <= {"models"} and not list(folder.iterdir())
+    assert not list(cache_root().glob("*/blobs/*")) and not outside.exists()
+    assert hub.cdn_gets() == []
+
+
+def test_quoted_and_weak_etags_are_accepted_as_huggingface_hub_reads_them(hub, hub_files):
+    import hashlib
+
+    data = hub_files["big"].read_bytes()
+    hub.faults.etag = f'W/"{hashlib.sha256(data).hexdigest()}"'
+    path = download_gguf(REPO_BIG, BIG_FILE)
+    assert path.read_bytes() == data
+    assert Path(os.path.realpath(path)).name == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("name", ["../../evil.gguf", "/etc/evil.gguf", "a/../../evil.gguf", "a\\..\\evil.gguf"])
+def test_a_file_name_outside_the_repo_is_refused(hub, tmp_path, name):
+    with pytest.raises(HubError, match="is not a file name inside the repository"):
+        download_gguf(REPO_BIG, name, tmp_path / "dir")
+    assert not (tmp_path / "dir").exists() and not (tmp_path / "evil.gguf").exists()
+
+
+def test_writes_are_checked_against_their_folder(tmp_path):
+    from app.hub.download import _check_within
+
+    root = tmp_path / "root"
+    (root / "blobs").mkdir(parents=True)
+    _check_within(root, root / "blobs" / ("a" * 64), root / "snapshots" / ("b" * 40) / "m.gguf")
+    (root / "blobs" / "out").symlink_to(tmp_path)  # a folder inside that leads outside
+    for bad in (root / "blobs" / ".." / ".." / "x", root / "blobs" / "out" / "x", Path("/tmp/x")):
+        with pytest.raises(HubError, match="outside"):
+            _check_within(root, bad)
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative", "via-blobs-link"])
+def test_delete_never_follows_a_snapshot_link_out_of_the_cache(hub, tmp_path, how):
+    path = download_gguf(REPO_BIG, BIG_FILE)
+    real_blob = Path(os.path.realpath(path))
+    outside = tmp_path / "precious.gguf"
+    outside.write_bytes(b"not the cache's")
+    path.unlink()
+    if how == "absolute":
+        path.symlink_to(outside)
+    elif how == "relative":
+        path.symlink_to(os.path.relpath(outside, path.parent))
+    else:  # a link inside blobs/ leading out: only the link itself may go
+        link = real_blob.parent / ("f" * 64)
+        link.symlink_to(outside)
+        path.symlink_to(os.path.relpath(link, path.parent))
+    [model] = list_local_models(include_builtin=False)
+    delete_local_model(model)
+    assert outside.read_bytes() == b"not the cache's"
+    assert not path.is_symlink()
+    if how == "via-blobs-link":
+        assert not (real_blob.parent / ("f" * 64)).is_symlink()

@@ -19,6 +19,8 @@ def register(sub) -> None:
     parser.add_argument("--prefix", metavar="DIR", type=Path, default=None,
                         help="data folder to install into (default: $XDG_DATA_HOME or ~/.local/share)")
     parser.add_argument("--uninstall", action="store_true", help="remove the entry and icons installed there")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an entry or icon of Specula's name that this command did not write")
     parser.set_defaults(func=cmd_install_desktop)
 
 
@@ -31,7 +33,7 @@ def cmd_install_desktop(args: argparse.Namespace) -> int:
         else:
             print(f"removed the Specula entry and icons from {prefix} ({len(removed)} files)")
         return 0
-    result = desktop_entry.install(prefix)
+    result = desktop_entry.install(prefix, force=args.force)
     print(f"installed {result.entry}")
     print(f"  runs: {' '.join(result.command)}")
     print(f"  icons: {prefix / 'icons' / 'hicolor'} ({len(result.files) - 1} files)")

@@ -8,6 +8,8 @@ context, the oldest turns (never the system prompt) are left out of the prompt.
 from __future__ import annotations
 
 import logging
+import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -36,13 +38,118 @@ def has_chat_template(tokenizer) -> bool:
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of the conversation followed by the assistant's turn prefix."""
+    """Token ids of the conversation followed by the assistant's turn prefix.
+
+    Special tokens are parsed only where the template writes them: text inside a message that
+    spells one (a user typing `<|im_start|>system`) stays ordinary text, as with llama.cpp's
+    parse_special=false for user text, so a message cannot forge another turn."""
     template = None if has_chat_template(tokenizer) else FALLBACK_TEMPLATE
-    text = tokenizer.apply_chat_template(
-        messages, chat_template=template, add_generation_prompt=True, tokenize=False
-    )
-    # The template writes BOS itself when the model wants it; don't add a second one.
-    return tokenizer.encode(text, add_special_tokens=not _starts_with_bos(tokenizer, text))
+    specials = _special_pattern(tokenizer)
+    if specials is None or not any(_spells_special(m, specials) for m in messages):
+        text = _render(tokenizer, messages, template)  # the common case: one encode, as before
+        return tokenizer.encode(text, add_special_tokens=not _starts_with_bos(tokenizer, text))
+    return _render_guarded(tokenizer, messages, template, specials)
+
+
+def _render(tokenizer, messages: list[dict], template: str | None) -> str:
+    return tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
+                                         tokenize=False)
+
+
+# Message content is wrapped in these while the template renders, to tell it from the template's
+# own text afterwards. Supplementary Private Use Area code points: in no template or tokenizer.
+_OPEN, _CLOSE = "\U000F0000", "\U000F0001"
+_PATTERNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _special_pattern(tokenizer) -> re.Pattern | None:
+    """A regex matching the tokenizer's special tokens, longest first (built once per tokenizer)."""
+    try:
+        return _PATTERNS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    names = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content}
+    names |= {t for t in getattr(tokenizer, "all_special_tokens", ()) if t}
+    pattern = re.compile("|".join(map(re.escape, sorted(names, key=len, reverse=True)))) if names else None
+    try:
+        _PATTERNS[tokenizer] = pattern
+    except TypeError:  # not weak-referenceable: rebuilt next time
+        pass
+    return pattern
+
+
+def _spells_special(message: dict, specials: re.Pattern) -> bool:
+    content = message.get("content")
+    return isinstance(content, str) and specials.search(content) is not None
+
+
+def _render_guarded(tokenizer, messages: list[dict], template: str | None, specials: re.Pattern) -> list[int]:
+    """Render with each content marked, then encode: the template's special tokens as special,
+    everything between them (content included) with special-token parsing off."""
+    wrapped = [{**m, "content": _OPEN + m["content"] + _CLOSE} if isinstance(m.get("content"), str) else m
+               for m in messages]
+    pieces = _split_marked(_render(tokenizer, wrapped, template))
+    if pieces is None:
+        # The template cut or moved the content (a filter that splits it): the marks cannot be
+        # trusted, so the special-token text is taken out of the content instead.
+        log.warning("chat template rewrites message content; special-token text removed from it")
+        cleaned = [{**m, "content": specials.sub("", m["content"])} if isinstance(m.get("content"), str) else m
+                   for m in messages]
+        text = _render(tokenizer, cleaned, template)
+        return tokenizer.encode(text, add_special_tokens=not _starts_with_bos(tokenizer, text))
+    text = "".join(piece for _, piece in pieces)
+    ids: list[int] = []
+    pending: list[str] = []  # text since the last template marker, content included
+
+    def flush() -> None:
+        if pending:
+            ids.extend(tokenizer.encode("".join(pending), add_special_tokens=False, split_special_tokens=True))
+            pending.clear()
+
+    for is_content, piece in pieces:
+        if is_content:
+            pending.append(piece)
+            continue
+        at = 0
+        for match in specials.finditer(piece):
+            pending.append(piece[at:match.start()])
+            flush()
+            ids.append(tokenizer.convert_tokens_to_ids(match.group()))
+            at = match.end()
+        pending.append(piece[at:])
+    flush()
+    if _starts_with_bos(tokenizer, text):
+        return ids
+    prefix, suffix = _added_around(tokenizer)
+    return prefix + ids + suffix
+
+
+def _split_marked(text: str) -> list[tuple[bool, str]] | None:
+    """(is_content, text) pieces of a render whose contents were wrapped; None if the marks are
+    not well nested (the template did something to the content)."""
+    pieces, at, inside = [], 0, False
+    for index, char in enumerate(text):
+        if char not in (_OPEN, _CLOSE):
+            continue
+        if (char == _OPEN) == inside:
+            return None
+        pieces.append((inside, text[at:index]))
+        at, inside = index + 1, not inside
+    if inside:
+        return None
+    pieces.append((False, text[at:]))
+    return pieces
+
+
+def _added_around(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids `encode(..., add_special_tokens=True)` puts before and after a text (BOS, EOS)."""
+    plain = tokenizer.encode("a", add_special_tokens=False)
+    full = tokenizer.encode("a", add_special_tokens=True)
+    for start in range(len(full) - len(plain) + 1):
+        if full[start:start + len(plain)] == plain:
+            return full[:start], full[start + len(plain):]
+    return [], []
 
 
 def _starts_with_bos(tokenizer, text: str) -> bool:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
+import json
 import logging
 import os
-import pickle
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -334,31 +335,119 @@ def release_freed_memory() -> None:
     trim(0)
 
 
+# The entry is data only: the tokenizers library's own `tokenizer.json` and a small JSON of the
+# constructor's scalar arguments (special tokens, chat template, bos/eos flags). Nothing in it can
+# name a class or a file: the class comes from the model file and path-like arguments are dropped.
+_CACHE_FORMAT = 1
+_NOT_CACHED = {"vocab_file", "merges_file", "tokenizer_file", "gguf_file", "name_or_path", "is_local",
+               "local_files_only", "backend", "added_tokens_decoder", "tokenizer_object", "vocab", "merges"}
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A bad cache entry costs a rebuild, not a warning on every load."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
+
+
 def tokenizer_cache_file(info: GGUFInfo) -> Path:
-    return tokenizer_cache_dir() / f"{header_key(info)}.pickle"
+    """The entry's config JSON; its `tokenizer.json` lies beside it (`tokenizer_json_file`)."""
+    return tokenizer_cache_dir() / f"{header_key(info)}.json"
+
+
+def tokenizer_json_file(entry: Path) -> Path:
+    return entry.with_name(entry.stem + ".tokenizer.json")
 
 
 def load_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
     """The file's tokenizer, from the cache when it has been built before.
 
-    The cache holds the built tokenizer pickled: unpickling is as fast as the Rust tokenizer's
-    own JSON loader, while `from_pretrained` on a saved folder re-parses that JSON in Python and
-    rebuilds the vocabulary (3x slower for Gemma's 262k tokens). The cache is the user's own
-    folder, keyed by transformers' version, and any unreadable entry is rebuilt."""
-    entry = tokenizer_cache_file(info)
-    if entry.is_file():
-        try:
-            with open(entry, "rb") as handle:
-                tokenizer = pickle.load(handle)
+    Loading the cached `tokenizer.json` with the tokenizers library's own (Rust) loader is as fast
+    as unpickling was, while `from_pretrained` on a saved folder re-parses that JSON in Python
+    (3x slower for Gemma's 262k tokens). The cache is the user's own 0700 folder, keyed by the
+    header and transformers' version; an unreadable, wrong or mismatching entry is rebuilt."""
+    key = header_key(info)
+    folder = _usable_cache_dir()
+    entry = folder / f"{key}.json" if folder is not None else None
+    if entry is not None and entry.is_file():
+        tokenizer = _read_cached(info, entry, key)
+        if tokenizer is not None:
             release_freed_memory()
             return tokenizer
-        except Exception as exc:  # a damaged cache entry is rebuilt, never fatal
-            log.warning("tokenizer cache %s unusable (%s); rebuilding", entry, exc)
-            entry.unlink(missing_ok=True)
     tokenizer = build_tokenizer(info)
-    _save_tokenizer(tokenizer, entry)
+    if entry is not None:
+        _save_tokenizer(tokenizer, entry, key)
     release_freed_memory()
     return tokenizer
+
+
+def _usable_cache_dir() -> Path | None:
+    """The cache folder, created 0700; None (no caching) when it is not ours alone, since anyone
+    who can write there chooses the tokenizer we load."""
+    folder = tokenizer_cache_dir()
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = folder.lstat()
+        if not stat.S_ISDIR(status.st_mode):  # a link could point the cache anywhere
+            _warn_once(f"tokenizer cache {folder} is not a plain folder; not using it")
+            return None
+        if hasattr(os, "getuid") and status.st_uid != os.getuid():
+            _warn_once(f"tokenizer cache {folder} belongs to another user; not using it")
+            return None
+        if os.name == "posix" and status.st_mode & 0o077:
+            os.chmod(folder, 0o700)  # made by an older version with the default mode
+    except OSError as exc:  # a read-only home only costs speed
+        _warn_once(f"tokenizer cache {folder} unusable ({exc}); not caching")
+        return None
+    return folder
+
+
+def _tokenizer_class(info: GGUFInfo):
+    class_name = TOKENIZER_MAPPING_NAMES.get(config_dict(info)["model_type"]) or "TokenizersBackend"
+    return tokenizer_class_from_name(class_name)
+
+
+def _read_cached(info: GGUFInfo, entry: Path, key: str):
+    """The cached tokenizer, or None (after one warning) when the entry is not exactly ours."""
+    try:
+        meta = json.loads(entry.read_text(encoding="utf-8"))
+        kwargs = _checked_meta(meta, key)
+        tokenizer_json = tokenizer_json_file(entry)
+        if hashlib.sha256(tokenizer_json.read_bytes()).hexdigest() != meta["tokenizer_sha256"]:
+            raise ValueError("tokenizer.json does not match its entry")
+        tokenizer_class = _tokenizer_class(info)
+        if tokenizer_class is None or tokenizer_class.__name__ != meta["class"]:
+            raise ValueError("built for another tokenizer class")
+        return tokenizer_class(tokenizer_file=str(tokenizer_json), **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any damage is a cache miss, never fatal
+        _warn_once(f"tokenizer cache {entry} unusable ({type(exc).__name__}: {exc}); rebuilding")
+        return None
+
+
+def _checked_meta(meta, key: str) -> dict:
+    """The constructor arguments of a well-formed entry for this header; ValueError otherwise."""
+    if not isinstance(meta, dict) or meta.get("format") != _CACHE_FORMAT or meta.get("key") != key:
+        raise ValueError("not an entry of this format for this file")
+    if not isinstance(meta.get("class"), str) or not isinstance(meta.get("tokenizer_sha256"), str):
+        raise ValueError("class or checksum missing")
+    kwargs = meta.get("kwargs")
+    if not isinstance(kwargs, dict) or set(kwargs) & _NOT_CACHED:
+        raise ValueError("bad constructor arguments")
+    for name, value in kwargs.items():
+        if not _plain_json(value):
+            raise ValueError(f"{name} is not a plain value")
+    return kwargs
+
+
+def _plain_json(value) -> bool:
+    """Scalars, or a chat template given as a list of {name, template} strings."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, list):
+        return all(isinstance(item, dict) and all(isinstance(v, str) for v in item.values())
+                   for item in value)
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
 def build_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
@@ -366,8 +455,7 @@ def build_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
 
     AutoTokenizer itself parses the whole header with gguf's slow reader only to learn the model
     type (about 15 s for a 262k vocabulary); our config already knows it."""
-    class_name = TOKENIZER_MAPPING_NAMES.get(config_dict(info)["model_type"]) or "TokenizersBackend"
-    tokenizer_class = tokenizer_class_from_name(class_name)
+    tokenizer_class = _tokenizer_class(info)
     if tokenizer_class is None:
         return AutoTokenizer.from_pretrained(str(info.path.parent), gguf_file=info.path.name,
                                              local_files_only=True)
@@ -375,17 +463,31 @@ def build_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
                                            local_files_only=True)
 
 
-def _save_tokenizer(tokenizer, entry: Path) -> None:
-    """Write a temporary file and rename it into place: a half-written entry never exists."""
-    staging: Path | None = None
+def _save_tokenizer(tokenizer, entry: Path, key: str) -> None:
+    """Write `tokenizer.json`, then the entry naming its checksum, each to a temporary file
+    renamed into place: a half-written or mismatched pair is never read as an entry."""
+    kwargs = {name: value for name, value in tokenizer.init_kwargs.items()
+              if name not in _NOT_CACHED}
+    if not all(_plain_json(value) for value in kwargs.values()) or not hasattr(tokenizer, "backend_tokenizer"):
+        _warn_once(f"{type(tokenizer).__name__} has arguments that are not plain data; not caching it")
+        return
+    text = tokenizer.backend_tokenizer.to_str().encode("utf-8")
+    meta = {"format": _CACHE_FORMAT, "key": key, "class": type(tokenizer).__name__,
+            "tokenizer_sha256": hashlib.sha256(text).hexdigest(), "kwargs": kwargs}
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        handle, name = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
-        staging = Path(name)
+        _write_atomic(tokenizer_json_file(entry), text)
+        _write_atomic(entry, json.dumps(meta).encode("utf-8"))
+    except OSError as exc:  # a read-only or full cache only costs speed
+        _warn_once(f"could not cache the tokenizer in {entry}: {exc}")
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    handle, name = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)  # mode 0600
+    staging = Path(name)
+    try:
         with os.fdopen(handle, "wb") as out:
-            pickle.dump(tokenizer, out, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(staging, entry)
-    except (OSError, pickle.PicklingError) as exc:  # a read-only or full cache only costs speed
-        log.warning("could not cache the tokenizer in %s: %s", entry, exc)
-        if staging is not None:
-            staging.unlink(missing_ok=True)
+            out.write(data)
+        os.replace(staging, target)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise

@@ -273,11 +273,30 @@ def _as_int(value: Any, default: int = 0) -> int:
         return default
 
 
+# What parsing one header may allocate. Counts are checked against the bytes each item needs at
+# least (so they are bounded by the file's size), and arrays of arrays, which no model uses
+# (llama.cpp's reader refuses them), are capped outright: each costs about ten times its 12 bytes
+# on disk as Python objects, so 1M empty ones in a 12 MB file took 212 MB.
+_MAX_NESTED_ARRAYS = 4096
+_MAX_DEPTH = 4
+_MIN_KV_BYTES = 8 + 4 + 1  # key length, value type, smallest value
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+_MIN_NESTED_BYTES = 4 + 8  # element type, count
+
+
 class _Parser:
     """A cursor over the header bytes; every read checks the bounds and raises _NeedMore."""
 
     def __init__(self, buf: Any, end: int) -> None:
         self.buf, self.end, self.pos = buf, end, 0
+        self.nested_arrays = 0
+
+    def count(self, n: int, min_item_bytes: int, what: str, limit: int | None) -> int:
+        """A count read from the file, refused when its items cannot fit in what is left of it."""
+        if limit is not None and n * min_item_bytes > limit - self.pos:
+            raise _Corrupt(f"truncated or corrupt GGUF file: header claims {n} {what}, "
+                           f"more than the file can hold")
+        return n
 
     def need(self, n: int) -> None:
         if n < 0 or self.pos + n > self.end:
@@ -306,7 +325,7 @@ class _Parser:
         if vtype == _T_STRING:
             return self.string()
         if vtype == _T_ARRAY:
-            if depth > 8:  # nested arrays exist in the spec, but this deep means a corrupt file
+            if depth >= _MAX_DEPTH:  # nested arrays exist in the spec, but this deep means a corrupt file
                 raise _Corrupt("arrays nested too deeply")
             return self.array(self.u32(), self.u64(), depth + 1)
         if vtype not in _SCALARS:
@@ -328,6 +347,10 @@ class _Parser:
         if etype == _T_STRING:
             return self.string_array(count)
         if etype == _T_ARRAY:
+            self.need(count * _MIN_NESTED_BYTES)
+            self.nested_arrays += count
+            if self.nested_arrays > _MAX_NESTED_ARRAYS:
+                raise _Corrupt(f"more than {_MAX_NESTED_ARRAYS} nested metadata arrays")
             return [self.value(_T_ARRAY, depth) for _ in range(count)]
         raise _Corrupt(f"unknown array element type {etype} at byte {self.pos}")
 
@@ -380,7 +403,10 @@ def _parse(buf: Any, end: int, path: Path, file_size: int | None) -> GGUFInfo:
         if version & 0xFFFF == 0 and int.from_bytes(version.to_bytes(4, "little"), "big") <= 3:
             raise _Corrupt("big-endian GGUF files are not supported")
         raise _Corrupt(f"unsupported GGUF version {version} (supported: 2, 3)")
+    limit = file_size if file_size is not None else None
     n_tensors, n_kv = p.u64(), p.u64()
+    p.count(n_kv, _MIN_KV_BYTES, "metadata entries", limit)
+    p.count(n_tensors, _MIN_TENSOR_BYTES, "tensors", limit)
 
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):
@@ -420,8 +446,56 @@ def _parse(buf: Any, end: int, path: Path, file_size: int | None) -> GGUFInfo:
     return _build(path, file_size or 0, version, metadata, tuple(tensors), data_offset)
 
 
+# The keys this program reads, with the type each must have. A header is hostile input: a name
+# given as an array or a length as inf must be one clear refusal, not a traceback later on.
+_STRING_KEYS = ("general.architecture", "general.name", "general.size_label", "tokenizer.ggml.model",
+                "tokenizer.ggml.pre", "tokenizer.chat_template")
+_INT_KEYS = ("general.alignment", "general.file_type", "tokenizer.ggml.bos_token_id",
+             "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id")
+_ARCH_INT_KEYS = ("block_count", "embedding_length", "context_length", "vocab_size",
+                  "attention.key_length", "attention.value_length")
+_ARCH_PER_LAYER_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length")
+_STRING_ARRAY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")
+_NUMBER_ARRAY_KEYS = ("tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, (StringArray, list, np.ndarray)):
+        return "an array"
+    return "a string" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+
+
+def _is_count(value: Any) -> bool:
+    """A non-negative whole number stored as an integer type (llama.cpp refuses other types too)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
+
+
+def _check_types(md: dict[str, Any]) -> None:
+    """Refuse (naming the key) metadata whose type differs from what GGUF writers store."""
+    arch = md.get("general.architecture", "unknown")
+    for key in _STRING_KEYS:
+        if key in md and not isinstance(md[key], str):
+            raise _Corrupt(f"metadata {key} must be a string, not {_kind(md[key])}")
+    for key in (*_INT_KEYS, *(f"{arch}.{k}" for k in _ARCH_INT_KEYS)):
+        if key in md and not _is_count(md[key]):
+            raise _Corrupt(f"metadata {key} must be a non-negative integer, not {_kind(md[key])}")
+    for key in (f"{arch}.{k}" for k in _ARCH_PER_LAYER_KEYS):
+        value = md.get(key)
+        if value is None or _is_count(value):
+            continue
+        if not (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and (value >= 0).all()):
+            raise _Corrupt(f"metadata {key} must be a non-negative integer or one per layer, not {_kind(value)}")
+    for key in _STRING_ARRAY_KEYS:
+        if key in md and not isinstance(md[key], StringArray):
+            raise _Corrupt(f"metadata {key} must be an array of strings")
+    for key in _NUMBER_ARRAY_KEYS:
+        if key in md and not (isinstance(md[key], np.ndarray) and md[key].dtype.kind in "iuf"):
+            raise _Corrupt(f"metadata {key} must be an array of numbers")
+
+
 def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
            tensors: tuple[TensorInfo, ...], data_offset: int) -> GGUFInfo:
+    _check_types(md)
     arch = str(md.get("general.architecture", "unknown"))
     n_layers = _as_int(md.get(f"{arch}.block_count"))
     n_embd = _as_int(md.get(f"{arch}.embedding_length"))
@@ -472,6 +546,94 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
         has_chat_template=isinstance(template, str) and bool(template.strip()),
         data_offset=data_offset, _kv_heads_total=kv_total,
     )
+
+
+def check_tensor_table(info: GGUFInfo) -> None:
+    """Refuse, naming the key, a header whose sizes disagree with its own tensors.
+
+    What is built comes from the header (layer count, heads, vocabulary), while the memory check
+    and the weights come from the tensors: `block_count = 1000000` beside 30 layers of tensors
+    passed the check and then allocated without bound. llama.cpp likewise refuses any tensor whose
+    shape differs from what the header implies. Run before anything is built; a split file's first
+    part, which lacks the other parts' tensors, is refused here too."""
+    try:
+        _check_layers(info)
+        _check_embedding(info)
+        _check_heads(info)
+    except _Corrupt as e:
+        raise ModelFileError(f"{info.path.name}: {e}") from None
+
+
+def _key(info: GGUFInfo, name: str) -> str:
+    return f"{info.architecture}.{name}"
+
+
+def _check_layers(info: GGUFInfo) -> None:
+    present = set()
+    for t in info.tensors:
+        parts = t.name.split(".")
+        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+            present.add(int(parts[1]))
+    key = _key(info, "block_count")
+    if info.n_layers <= 0:
+        raise _Corrupt(f"metadata {key} is {info.n_layers}: no layers to build")
+    layers_with_tensors = len(present & set(range(info.n_layers)))
+    if layers_with_tensors != info.n_layers or (present and max(present) >= info.n_layers):
+        raise _Corrupt(f"metadata {key} = {info.n_layers} disagrees with the tensors "
+                       f"({len(present)} layers, blk.{min(present, default=0)}-blk.{max(present, default=0)})")
+
+
+def _check_embedding(info: GGUFInfo) -> None:
+    by_name = {t.name: t for t in info.tensors}
+    embd = by_name.get("token_embd.weight")
+    if embd is None or len(embd.shape) != 2:
+        raise _Corrupt("no 2-D token_embd.weight tensor")
+    if embd.shape[1] != info.n_embd:
+        raise _Corrupt(f"metadata {_key(info, 'embedding_length')} = {info.n_embd} disagrees with "
+                       f"token_embd.weight {list(embd.shape)}")
+    tokens = info.metadata.get("tokenizer.ggml.tokens")
+    for name in ("token_embd.weight", "output.weight"):
+        tensor = by_name.get(name)
+        if tokens is not None and tensor is not None and tensor.shape[0] != len(tokens):
+            raise _Corrupt(f"metadata tokenizer.ggml.tokens has {len(tokens)} tokens but {name} "
+                           f"has {tensor.shape[0]} rows")
+
+
+def _per_layer(info: GGUFInfo, name: str, default: Any) -> list[int]:
+    value = info.metadata.get(_key(info, name), default)
+    if isinstance(value, np.ndarray):
+        if len(value) != info.n_layers:
+            raise _Corrupt(f"metadata {_key(info, name)} has {len(value)} values for {info.n_layers} layers")
+        return [int(v) for v in value]
+    return [int(value or 0)] * info.n_layers
+
+
+def _check_heads(info: GGUFInfo) -> None:
+    """Each layer's attention projections against the head counts and lengths they imply."""
+    md, by_name = info.metadata, {t.name: t for t in info.tensors}
+    heads = _per_layer(info, "attention.head_count", 0)
+    kv_heads = _per_layer(info, "attention.head_count_kv", md.get(_key(info, "attention.head_count"), 0))
+    for layer, (n_head, n_kv) in enumerate(zip(heads, kv_heads)):
+        q, k = by_name.get(f"blk.{layer}.attn_q.weight"), by_name.get(f"blk.{layer}.attn_k.weight")
+        v, qkv = by_name.get(f"blk.{layer}.attn_v.weight"), by_name.get(f"blk.{layer}.attn_qkv.weight")
+        if q is None and qkv is None:
+            continue  # no plain attention in this layer (recurrent, MLA): nothing to compare
+        if n_head <= 0:
+            raise _Corrupt(f"metadata {_key(info, 'attention.head_count')} is {n_head} for layer {layer}")
+        if n_kv > n_head or (n_kv and n_head % n_kv):
+            raise _Corrupt(f"metadata {_key(info, 'attention.head_count_kv')} = {n_kv} does not divide "
+                           f"{_key(info, 'attention.head_count')} = {n_head}")
+        k_len = _as_int(md.get(_key(info, "attention.key_length"))) or info.n_embd // n_head
+        v_len = _as_int(md.get(_key(info, "attention.value_length"))) or k_len
+        expected = ({q: n_head * k_len, k: n_kv * k_len, v: n_kv * v_len} if qkv is None
+                    else {qkv: n_head * k_len + n_kv * (k_len + v_len)})
+        for tensor, rows in expected.items():
+            if tensor is not None and (len(tensor.shape) != 2 or tensor.shape[0] != rows
+                                       or tensor.shape[1] != info.n_embd):
+                raise _Corrupt(f"{tensor.name} {list(tensor.shape)} disagrees with the header's head "
+                               f"counts and lengths (expects [{rows}, {info.n_embd}]; keys "
+                               f"{_key(info, 'attention.head_count')}, {_key(info, 'attention.head_count_kv')}, "
+                               f"{_key(info, 'attention.key_length')})")
 
 
 def _parse_or_raise(buf: Any, path: Path, file_size: int | None, name: str) -> GGUFInfo:

@@ -26,7 +26,8 @@ from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.attention import use_cpu_attention
 from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
-from app.engine.gguf_info import GGUFInfo, format_bytes, int4_packable, read_gguf_info, read_tensor
+from app.engine.gguf_info import (GGUFInfo, check_tensor_table, format_bytes, int4_packable, read_gguf_info,
+                                   read_tensor)
 from app.engine.machine import memory_limit_bytes
 from app.engine.cpu.rowexact import wrap_linears
 from app.engine.kvmodel import KVModel
@@ -157,6 +158,7 @@ def load_model(
     report("reading header", 0.0)
     info = read_gguf_info(path)
     check_supported(info)
+    check_tensor_table(info)  # the header must agree with the tensors before sizes come from it
     try:
         plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
     except DeviceError as exc:

@@ -92,12 +92,24 @@ def _size(path: Path) -> int:
         return 0
 
 
+def _check_within(root: Path, *paths: Path) -> None:
+    """Every path we write must lie under `root` (the repo's cache folder or --dir) once its
+    folder is resolved: names built from the hub's answers or the user's arguments are checked
+    again here, where they become paths (a link the user made to a file inside is fine)."""
+    base = root.resolve()
+    for path in paths:
+        where = path.parent.resolve() / path.name
+        if path.name in ("", ".", "..") or not where.is_relative_to(base):
+            raise HubError(f"refusing to write {path}: it is outside {root}")
+
+
 def _target(file: RemoteFile, dest_dir: Path | None, sha256: str | None) -> _Target:
     if dest_dir is None:
         storage = hub_cache_dir() / repo_folder_name(repo_id=file.repo_id, repo_type="model")
         blob = storage / "blobs" / file.etag
         pointer = storage / "snapshots" / file.commit / file.filename
         t = _Target(file, pointer, Path(f"{blob}.incomplete"), storage, None, sha256)
+        _check_within(storage, blob, pointer, t.partial)
         # A blob only ever gets its name after verification (by us or by huggingface_hub).
         t.verified = pointer.exists() or (blob.exists() and _size(blob) == file.size)
         return t
@@ -106,6 +118,7 @@ def _target(file: RemoteFile, dest_dir: Path | None, sha256: str | None) -> _Tar
 
     paths = get_local_download_paths(dest_dir, file.filename)
     t = _Target(file, paths.file_path, paths.incomplete_path(file.etag), None, dest_dir, sha256)
+    _check_within(dest_dir, t.final, t.partial)
     meta = read_download_metadata(dest_dir, file.filename)
     t.verified = paths.file_path.is_file() and meta is not None and meta.etag == file.etag
     if not t.verified and sha256 and _size(paths.file_path) == file.size:
@@ -229,6 +242,7 @@ def _install(t: _Target, revision: str | None, token: str | bool | None) -> None
         # "main" (ours and other tools') find this snapshot.
         if revision != t.file.commit:
             ref = t.storage / "refs" / (revision or "main")
+            _check_within(t.storage / "refs", ref)
             ref.parent.mkdir(parents=True, exist_ok=True)
             ref.write_text(t.file.commit)
     else:
@@ -263,6 +277,7 @@ def download_gguf(repo_id: str, filename: str, dest_dir: Path | None = None, *,
 
 def _lock_path(file: RemoteFile, dest: Path | None) -> Path:
     folder = hub_cache_dir() / ".locks" / "specula" if dest is None else dest / ".cache" / "huggingface"
+    _check_within(folder, folder / f"{file.etag}.lock")
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{file.etag}.lock"
 

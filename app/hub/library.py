@@ -221,13 +221,24 @@ def _delete_cached(pointer: Path) -> int:
     # huggingface_hub's scan call the whole repo corrupt.
     commit_dir = next(p for p in pointer.parents if p.parent == snapshots)
     _prune_empty(pointer.parent, stop=commit_dir)
+    if not _in_blobs(blob, snapshots.parent / "blobs"):
+        # A link the cache would never hold (made by hand, or planted): its target is not ours.
+        log.warning("not deleting %s: %s points outside %s", blob, pointer, snapshots.parent / "blobs")
+        return 0
     still_used = any(p.is_symlink() and Path(os.path.abspath(p.parent / os.readlink(p))) == blob
                      for p in snapshots.rglob("*"))
-    if still_used or not blob.exists():
+    if still_used or not (blob.exists() or blob.is_symlink()):
         return 0
-    size = _size(blob)
+    size = 0 if blob.is_symlink() else _size(blob)  # unlinking a link frees only the link
     blob.unlink()
     return size
+
+
+def _in_blobs(blob: Path, blobs: Path) -> bool:
+    """The blob is an entry of the repo's own blobs/ folder, by name and once that folder is
+    resolved (a blobs/ that is itself a link elsewhere is not the cache's)."""
+    return (blob.parent == Path(os.path.abspath(blobs)) and blobs.is_dir() and not blobs.is_symlink()
+            and blob.parent.resolve() == blobs.resolve())
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:

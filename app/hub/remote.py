@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 FIRST_READ = 128 * 1024
 MAX_HEADER = 128 * 1024 * 1024  # no real header is this big; past it the file is not GGUF
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# The only forms the hub gives, and the only ones huggingface_hub's cache layout expects: a commit
+# is a git SHA-1; a file's ETag is its git SHA-1 (small files) or its LFS SHA-256. Both become
+# file names in the cache, so anything else (`../../x`) is refused, never used as a path.
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_ETAG = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 @dataclass(frozen=True)
@@ -55,17 +60,46 @@ class RemoteHeader:
     requests: int
 
 
+def normalize_etag(etag: str) -> str:
+    """An ETag header's value without its quotes and weak marker, as huggingface_hub's
+    `_normalize_etag` makes it (it is the name of the file's blob in the cache)."""
+    return etag.strip().removeprefix("W/").strip('"')
+
+
+def check_repo_filename(repo_id: str, filename: str) -> None:
+    """A repo file name is a relative POSIX path inside the repo; it becomes a path under the
+    cache or --dir, so an absolute one, a `..` or a backslash is refused."""
+    parts = filename.split("/")
+    if (not filename or filename.startswith("/") or "\\" in filename or ":" in parts[0]
+            or any(part in ("", ".", "..") for part in parts) or "\0" in filename):
+        raise HubError(f"{repo_id}: {filename!r} is not a file name inside the repository")
+
+
+def _checked_hashes(repo_id: str, filename: str, etag: str, commit: str) -> tuple[str, str]:
+    etag = normalize_etag(etag)
+    if not _ETAG.match(etag):
+        raise HubError(f"{endpoint()} gave {repo_id}/{filename} an ETag that is not a git or "
+                       f"SHA-256 hash ({etag[:80]!r}); refusing to use it")
+    if not _COMMIT.match(commit):
+        raise HubError(f"{endpoint()} gave {repo_id}/{filename} a commit that is not a git hash "
+                       f"({commit[:80]!r}); refusing to use it")
+    return etag, commit
+
+
 def remote_file(repo_id: str, filename: str, revision: str | None = None,
                 token: str | bool | None = None) -> RemoteFile:
-    """Size, hashes and location of a file on the hub (one HEAD, no retries)."""
+    """Size, hashes and location of a file on the hub (one HEAD, no retries). HubError when the
+    hub's answer names the file with anything but the hashes the hub uses."""
     check_online(f"read {filename} from {repo_id}")
+    check_repo_filename(repo_id, filename)
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint())
     with hub_call(f"read {filename} from {repo_id}", repo_id, filename):
         meta: HfFileMetadata = get_hf_file_metadata(url, token=token, endpoint=endpoint())
     if meta.size is None or meta.etag is None or meta.commit_hash is None:
         raise HubError(f"{endpoint()} gave no size, ETag or commit for {repo_id}/{filename}")
-    sha = meta.etag if _SHA256.match(meta.etag) else None
-    return RemoteFile(repo_id, filename, meta.location, meta.size, meta.etag, meta.commit_hash, sha)
+    etag, commit = _checked_hashes(repo_id, filename, meta.etag, meta.commit_hash)
+    sha = etag if _SHA256.match(etag) else None
+    return RemoteFile(repo_id, filename, meta.location, meta.size, etag, commit, sha)
 
 
 def request_headers(file: RemoteFile, token: str | bool | None = None) -> dict[str, str]:

@@ -66,6 +66,8 @@ class MainWindow(QMainWindow):
         self._build()
         self._connect()
         self._restore()
+        if self.store.notice:  # a history moved aside or rows that could not be read
+            self.show_message(self.store.notice)
         self.host.probe_devices()
         self.library.rescan()
         self.panel.input.setFocus()
