@@ -23,7 +23,7 @@ from transformers.initialization import no_init_weights
 
 from app.engine import fastload
 from app.engine.cpu import quantlinear
-from app.engine.cpu.plan import MEASURED_TOKENS, CostCurve, PlanOption
+from app.engine.cpu.plan import HOPELESS_STEP_RATIO, MEASURED_TOKENS, CostCurve, PlanOption
 from app.engine.errors import LoadCancelled
 from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
 from app.engine.kvmodel import KVModel
@@ -45,18 +45,27 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
     False when repeated runs of the same step disagreed (another program was busy on the CPU):
     such curves serve this load but should not be kept."""
     started = time.monotonic()
-    curves, spreads = {}, []
-    for option in options:
+    curves, spreads, fastest = {}, [], float("inf")
+    # The plans likeliest to decode fastest first, so that a hopeless one is known as such before
+    # its verifies are timed (HOPELESS_STEP_RATIO).
+    for option in sorted(options, key=lambda o: (not o.int4, o.dtype == torch.float32)):
         model = shaped_model(info, option)
         prepare(model, option)
-        curves[option.name], spread = _time_model(model, info.n_layers, cancel)
+        step, spread = _time_model(model, info.n_layers, cancel, MEASURED_TOKENS[:1])
         spreads.extend(spread)
+        if step.seconds[0] > HOPELESS_STEP_RATIO * fastest:
+            curves[option.name] = step
+        else:
+            # One timed run each: the one-token steps, timed twice, tell whether the CPU is busy.
+            verifies, _ = _time_model(model, info.n_layers, cancel, MEASURED_TOKENS[1:], repeats=1)
+            curves[option.name] = CostCurve(step.seconds + verifies.seconds)
+        fastest = min(fastest, step.seconds[0])
         del model
     steady = is_steady(spreads)
     log.info("calibrated %s in %.1fs%s: %s", info.path.name, time.monotonic() - started,
              "" if steady else " (the CPU was busy: not kept)",
              {n: [round(s * 1000, 1) for s in c.seconds] for n, c in curves.items()})
-    return curves, steady
+    return {o.name: curves[o.name] for o in options}, steady
 
 
 def is_steady(spreads: list[tuple[float, float]]) -> bool:
@@ -136,17 +145,22 @@ def _zero_int4(ggml_type: str, rows: int, k: int, bias) -> quantlinear.Int4Linea
 
 
 @torch.inference_mode()
-def _time_model(model: torch.nn.Module, n_layers: int,
-                cancel: Callable[[], bool] | None) -> tuple[CostCurve, list[tuple[float, float]]]:
-    """The real model's cost curve, and the (fastest, slowest) run of each step timed."""
+def _time_model(model: torch.nn.Module, n_layers: int, cancel: Callable[[], bool] | None,
+                tokens: tuple[int, ...], repeats: int = _REPEATS) -> tuple[CostCurve, list[tuple[float, float]]]:
+    """The real model's seconds for steps of these numbers of tokens, and the (fastest, slowest)
+    run of each step timed."""
     base = getattr(model, model.base_model_prefix)
-    built = len(base.layers)
-    full, spread = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel)
+    built, all_layers = len(base.layers), base.layers
+    full, spread = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel, tokens, repeats)
     if built == n_layers:
-        return CostCurve(tuple(full[n] for n in MEASURED_TOKENS)), spread
-    one, one_spread = _step_costs(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64), cancel)
+        return CostCurve(tuple(full[n] for n in tokens)), spread
+    layer_types = getattr(model.config, "layer_types", None)
+    one, one_spread = _step_costs(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64), cancel, tokens, repeats)
+    base.layers, model.config.num_hidden_layers = all_layers, built  # as built, for the next timing
+    if layer_types:
+        model.config.layer_types = layer_types
     seconds = []
-    for n in MEASURED_TOKENS:
+    for n in tokens:
         layer = max(full[n] - one[n], 0.0) / (built - 1)
         seconds.append(max(one[n] - layer, 0.0) + n_layers * layer)
     return CostCurve(tuple(seconds)), spread + one_spread
@@ -163,15 +177,16 @@ def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> tuple[dict[int, float], list[tuple[float, float]]]:
+def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None, tokens: tuple[int, ...],
+                repeats: int) -> tuple[dict[int, float], list[tuple[float, float]]]:
     """Minimum seconds of a step feeding n tokens and reading every position's greedy token (a
     verify of n - 1 drafts, all accepted), from a context of _CONTEXT tokens; and per n the
     (fastest, slowest) run."""
     kv.feed(list(range(1, _CONTEXT + 1)), 1)
-    best = {n: float("inf") for n in MEASURED_TOKENS}
-    worst = {n: 0.0 for n in MEASURED_TOKENS}
-    for repeat in range(_REPEATS + 1):  # the first round (short) warms caches and allocators up
-        for n in MEASURED_TOKENS if repeat else MEASURED_TOKENS[::3]:
+    best = {n: float("inf") for n in tokens}
+    worst = {n: 0.0 for n in tokens}
+    for repeat in range(repeats + 1):  # the first round (short) warms caches and allocators up
+        for n in tokens if repeat else (tokens[-1],):
             if cancel is not None and cancel():
                 raise LoadCancelled("loading cancelled")  # cancelled while measuring the plan
             started = time.perf_counter()
@@ -182,4 +197,4 @@ def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None) -> tuple[dict[in
             kv.rewind(_CONTEXT)
             if repeat:
                 best[n], worst[n] = min(best[n], elapsed), max(worst[n], elapsed)
-    return best, [(best[n], worst[n]) for n in MEASURED_TOKENS]
+    return best, [(best[n], worst[n]) for n in tokens]

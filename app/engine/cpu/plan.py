@@ -37,6 +37,9 @@ MEASURED_TOKENS = (1, 5, 9, 17)  # a one-token step and verifies of 4, 8 and 16 
 # lookup and draft models accept about half their tokens on llama.cpp users' mixed workloads
 # (far more when rewriting, near none in free chat); the schedule then adapts within the plan.
 EXPECTED_ACCEPTANCE = {"none": 0.0, "lookup": 0.5, "draft": 0.6}
+# A step yields at most 1 / (1 - alpha) tokens on average, so a plan whose one-token step is this
+# many times the fastest one's cannot win at any expected acceptance: its verifies are not timed.
+HOPELESS_STEP_RATIO = 1.0 / (1.0 - max(EXPECTED_ACCEPTANCE.values()))
 _CACHE_VERSION = 1
 
 
@@ -59,12 +62,16 @@ OPTIONS = {o.name: o for o in (FLOAT32, BF16, BF16_INT4)}
 
 @dataclass(frozen=True)
 class CostCurve:
-    """Seconds of one main-model step feeding n tokens (logits of all n), at MEASURED_TOKENS."""
+    """Seconds of one main-model step feeding n tokens (logits of all n), at MEASURED_TOKENS; or
+    only its one-token step, for a plan too slow to win by drafting (calibrate: pruned)."""
 
     seconds: tuple[float, ...]
 
     def cost(self, n_tokens: int) -> float:
-        """Linear between the measured points, and beyond the last one along its last segment."""
+        """Linear between the measured points, and beyond the last one along its last segment;
+        n one-token steps where only that was measured."""
+        if len(self.seconds) == 1:
+            return self.seconds[0] * max(n_tokens, 1)
         points = list(zip(MEASURED_TOKENS, self.seconds))
         for (n0, s0), (n1, s1) in zip(points, points[1:]):
             if n_tokens <= n1 or (n1, s1) == points[-1]:
@@ -156,7 +163,8 @@ def cached_curves(info: GGUFInfo, options: list[PlanOption]) -> dict[str, CostCu
         curves = {name: CostCurve(tuple(float(s) for s in seconds)) for name, seconds in entry.items()}
     except (TypeError, ValueError):
         return None
-    if set(curves) != {o.name for o in options} or any(len(c.seconds) != len(MEASURED_TOKENS) for c in curves.values()):
+    if set(curves) != {o.name for o in options} or any(len(c.seconds) not in (1, len(MEASURED_TOKENS))
+                                                        for c in curves.values()):
         return None
     return curves
 
