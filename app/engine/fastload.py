@@ -179,12 +179,10 @@ def _pack_into(model: torch.nn.Module, hf_name: str | None, raw: np.ndarray, ten
                name_map: dict[str, str]) -> bool:
     """Replace the decoder-layer linear that owns `hf_name` by an Int4Linear of the file's
     integers; False (the caller then fills the bf16 weight) when the tensor does not qualify."""
-    module_name, _, leaf = (hf_name or "").rpartition(".")
-    if leaf != "weight" or ".layers." not in f".{module_name}" or not int4_packable(tensor.ggml_type, tensor.shape):
+    linear = packable_layer_linear(model, hf_name, tensor)
+    if linear is None:
         return False
-    linear = model.get_submodule(module_name)
-    if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
-        return False
+    module_name = hf_name.rpartition(".")[0]
     row_order = _row_order(processor, tensor.name, tensor.shape[0], name_map)
     if row_order is None:
         return False
@@ -194,17 +192,39 @@ def _pack_into(model: torch.nn.Module, hf_name: str | None, raw: np.ndarray, ten
     return True
 
 
+def packable_layer_linear(model: torch.nn.Module, hf_name: str | None, tensor) -> torch.nn.Linear | None:
+    """The decoder-layer nn.Linear whose weight is `hf_name`, when the int4 kernel can run the
+    file's tensor for it (its type and shape); else None. The calibration's shaped models
+    (app.engine.cpu.calibrate) pack exactly these too."""
+    module_name, _, leaf = (hf_name or "").rpartition(".")
+    if leaf != "weight" or ".layers." not in f".{module_name}" or not int4_packable(tensor.ggml_type, tensor.shape):
+        return None
+    linear = model.get_submodule(module_name)
+    if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
+        return None
+    return linear
+
+
+def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):
+    """The file's tensor of the output projection (output.weight, else the tied embedding) when
+    the int4 kernel can run it as the model's head; else None."""
+    head = model.get_output_embeddings()
+    by_name = {t.name: t for t in info.tensors}
+    tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
+        return None
+    if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape, head=True):
+        return None
+    return tensor
+
+
 def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
     """Run the output projection (often the embedding, tied) with the int4 kernel from the file's
     integers, read a block of rows at a time. The projection is the largest matrix a decoding step
     reads: a 262k-token vocabulary is 335 MB in bf16. A tied embedding keeps its bf16 table for
     the input lookup. False when the head's type or shape does not qualify."""
-    head = model.get_output_embeddings()
-    by_name = {t.name: t for t in info.tensors}
-    tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
-    if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
-        return False
-    if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape, head=True):
+    tensor = packable_head_tensor(model, info)
+    if tensor is None:
         return False
     rows, k = tensor.shape
     step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)

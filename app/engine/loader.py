@@ -219,8 +219,7 @@ def cpu_plan_options(info: GGUFInfo, int4: bool = True) -> list[cpu_plan.PlanOpt
     the kernel runs here, the file has tensors it can run and the user has not turned it off;
     a plan whose weights do not fit in memory is left out (float32 needs twice bf16's)."""
     options = [cpu_plan.FLOAT32, cpu_plan.BF16]
-    packable = any(int4_packable(t.ggml_type, t.shape) for t in info.tensors)
-    if int4 and packable and quantlinear.int4_available():
+    if int4 and _int4_runs(info):
         options.append(cpu_plan.BF16_INT4)
     limit = memory_limit_bytes()
     fitting = [o for o in options if limit is None or estimate_load_bytes(
@@ -250,9 +249,12 @@ def choose_cpu_plan(info: GGUFInfo, drafter: str = "none", *, int4: bool = True,
 def _use_int4(info: GGUFInfo, plan: DevicePlan) -> bool:
     """Keep quantized weights quantized when everything computes on the CPU in bf16 and the file
     has tensors the int4 kernel can run (SPECULA_INT4=0 turns it off)."""
-    on_cpu = plan.gpu is None or plan.n_gpu_layers == 0
-    packable = any(int4_packable(t.ggml_type, t.shape) for t in info.tensors)
-    return on_cpu and plan.dtype == torch.bfloat16 and packable and quantlinear.int4_available()
+    return _on_cpu(plan) and plan.dtype == torch.bfloat16 and _int4_runs(info)
+
+
+def _int4_runs(info: GGUFInfo) -> bool:
+    """The int4 kernel exists here (and is not turned off) and the file has tensors it can run."""
+    return quantlinear.int4_available() and any(int4_packable(t.ggml_type, t.shape) for t in info.tensors)
 
 
 def _transformers_load(path: Path, plan: DevicePlan, progress: ProgressCallback | None,

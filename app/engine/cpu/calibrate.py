@@ -25,7 +25,8 @@ from app.engine import fastload
 from app.engine.cpu import quantlinear
 from app.engine.cpu.plan import HOPELESS_STEP_RATIO, MEASURED_TOKENS, CostCurve, PlanOption
 from app.engine.errors import LoadCancelled
-from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
+from app.engine.fastload import packable_head_tensor, packable_layer_linear
+from app.engine.gguf_info import INT4_PASSES, GGUFInfo
 from app.engine.kvmodel import KVModel
 
 log = logging.getLogger(__name__)
@@ -111,28 +112,21 @@ def _fill(model: torch.nn.Module) -> None:
 
 
 def _zero_int4_layers(model: torch.nn.Module, info: GGUFInfo) -> None:
-    """Each layer linear the loader would pack (app.engine.fastload._pack_into) as an Int4Linear
+    """Each layer linear the loader would pack (fastload.packable_layer_linear) as an Int4Linear
     with the file's number of passes, all of zero weights."""
-    names = fastload.gguf_to_hf_names(model, info)
     types = {t.name: t for t in info.tensors}
-    for gguf_name, hf_name in names.items():
+    for gguf_name, hf_name in fastload.gguf_to_hf_names(model, info).items():
         tensor = types.get(gguf_name)
-        module_name, _, leaf = hf_name.rpartition(".")
-        if tensor is None or leaf != "weight" or ".layers." not in f".{module_name}":
+        linear = packable_layer_linear(model, hf_name, tensor) if tensor is not None else None
+        if linear is None:
             continue
-        linear = model.get_submodule(module_name)
-        if type(linear) is not torch.nn.Linear or not int4_packable(tensor.ggml_type, tensor.shape):
-            continue
-        parent, _, child = module_name.rpartition(".")
+        parent, _, child = hf_name.rpartition(".")[0].rpartition(".")
         setattr(model.get_submodule(parent), child, _zero_int4(tensor.ggml_type, *tensor.shape, linear.bias))
 
 
 def _zero_int4_head(model: torch.nn.Module, info: GGUFInfo) -> None:
-    head = model.get_output_embeddings()
-    by_name = {t.name: t for t in info.tensors}
-    tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
-    if (type(head) is torch.nn.Linear and tensor is not None and head.bias is None
-            and tuple(head.weight.shape) == tuple(tensor.shape) and int4_packable(tensor.ggml_type, tensor.shape, head=True)):
+    tensor = packable_head_tensor(model, info)
+    if tensor is not None:
         model.set_output_embeddings(_zero_int4(tensor.ggml_type, *tensor.shape, None))
 
 
