@@ -297,7 +297,11 @@ def test_uninstall_keeps_caches_it_did_not_write(tmp_path, recorded):
     cache = apps / ("mimeinfo.cache" if recorded != "not-a-cache-name" else "notes.cache")
     ours = b"[MIME Cache]\n"
     theirs = b"[MIME Cache]\ntext/x-other=other.desktop;\n"
-    cache.write_bytes(theirs)  # another app's update-desktop-database run, after ours
+    # Another app installed its entry and ran update-desktop-database after ours; uninstalling
+    # may refresh the cache (where the tool is installed), which must keep describing their entry.
+    (apps / "other.desktop").write_text("[Desktop Entry]\nType=Application\nName=Other\nExec=other\n"
+                                        "MimeType=text/x-other;\n", encoding="utf-8")
+    cache.write_bytes(theirs)
     line = {"rewritten-since": f"cache {hashlib.sha256(ours).hexdigest()} {cache}",
             "old-manifest-line": f"cache {cache}",
             "not-a-cache-name": f"cache {hashlib.sha256(theirs).hexdigest()} {cache}"}[recorded]
