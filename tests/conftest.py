@@ -13,7 +13,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from tests.tiny_gguf import TinySpec, write_tiny_gguf  # noqa: E402
 
-# name -> spec. "draft-*" models share the tiny vocabulary, so every pair is compatible.
+# name -> spec. Models without vocab="b" share the tiny vocabulary "a", so every pair of them is
+# compatible token by token.
 TINY_MODELS = {
     "llama-f32": TinySpec(arch="llama", qtype="F32", seed=0),
     "llama-q8": TinySpec(arch="llama", qtype="Q8_0", seed=0),
@@ -22,6 +23,9 @@ TINY_MODELS = {
     "qwen2-q8": TinySpec(arch="qwen2", qtype="Q8_0", seed=0),
     "llama3-rope": TinySpec(arch="llama", qtype="F32", seed=3, llama3_rope=True),
     "llama-notemplate": TinySpec(arch="llama", qtype="F32", seed=0, chat_template=None),
+    # Tokenizer "b": another vocabulary, so these draft for the others (and back) through text.
+    "llama-b": TinySpec(arch="llama", qtype="F32", seed=2, vocab="b"),
+    "qwen2-b": TinySpec(arch="qwen2", qtype="F32", seed=0, vocab="b"),
 }
 
 

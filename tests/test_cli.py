@@ -67,9 +67,11 @@ def files(tiny_paths, tmp_path_factory) -> dict[str, Path]:
     # vocabulary size and type as the tiny models, other token texts / another vocabulary type.
     other_tokens = write_gguf(folder / "foreign-tokens.gguf", tokens=make_tokens(VOCAB_SIZE, "zz"))
     tokens, _, merges = tiny_vocab()
-    other_type = write_gguf(folder / "spm-vocab.gguf", tokens=tokens, vocab_type="llama", merges=merges)
+    spm_type = write_gguf(folder / "spm-vocab.gguf", tokens=tokens, vocab_type="llama", merges=merges)
+    # A tokenizer model we cannot build a tokenizer from: no text-level drafting either.
+    other_type = write_gguf(folder / "wpm-vocab.gguf", tokens=tokens, vocab_type="bert", merges=merges)
     return {**tiny_paths, "dir": folder, "text": text, "truncated": truncated,
-            "other-tokens": other_tokens, "other-vocab-type": other_type}
+            "other-tokens": other_tokens, "spm-vocab-type": spm_type, "other-vocab-type": other_type}
 
 
 @pytest.fixture(scope="module")
@@ -261,17 +263,22 @@ def test_check_pair(cli, specula, tiny_paths, files):
     code, out, err = specula("check-pair", str(tiny_paths["llama-f32"]), str(tiny_paths["qwen2-q8"]))
     assert code == 0, err
     assert out.startswith("compatible") and "qwen2-q8.gguf" in out and "llama-f32.gguf" in out
+    assert "token-level" in out and "text-level" not in out
     assert err == ""
 
     bad = cli["pair-bad"]
     assert bad.returncode == 3, bad.stderr
     line = one_line(bad.stderr)
-    assert "vocab_type" in line and "'gpt2'" in line and "'llama'" in line
+    assert "vocab_type" in line and "'gpt2'" in line and "'bert'" in line and "re-tokenize" in line
     assert bad.stdout == ""
 
-    code, _, err = specula("check-pair", str(tiny_paths["llama-f32"]), str(files["other-tokens"]))
-    assert code == 3
-    assert "token_text" in one_line(err)
+    # Another vocabulary that both sides can tokenize: text-level, with a word on the cost.
+    for other, rule in (("other-tokens", "token text differs"), ("spm-vocab-type", "vocabulary types differ"),
+                        ("llama-b", "token text differs")):
+        code, out, err = specula("check-pair", str(tiny_paths["llama-f32"]), str(files[other]))
+        assert code == 0, err
+        assert "text-level (different vocabularies: drafts are re-tokenized, each step costs more)" in out
+        assert rule in out
 
 
 def test_inspect(cli, specula, tiny_paths):

@@ -9,12 +9,17 @@ test can compare what our loader makes of the file with the model that should co
     path = write_tiny_gguf(tmp_path / "main.gguf", spec)
     model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="main.gguf", dtype=torch.float32)
 
-Tokenizer (shared by every spec, so any two files form a valid main/draft pair):
+Tokenizer "a" (the default, shared by every spec that keeps it, so any two such files form a valid
+main/draft pair):
 - ids 0..255 are the 256 bytes in byte order, spelled with GPT-2's byte-to-unicode map;
 - then `N_MERGES` merges learned by plain BPE from `_CORPUS` (deterministic, no library training);
 - then `<|endoftext|>` (BOS_ID), `<|im_start|>`, `<|im_end|>` (EOS_ID), all CONTROL tokens.
 EOS is `<|im_end|>` because that is where a ChatML assistant turn ends; BOS is never added
 (`add_bos_token` false), as for Qwen2 and SmolLM2.
+
+Tokenizer "b" (`TinySpec(vocab="b")`) is another vocabulary over the same bytes, for text-level
+drafting: the three special tokens first (ids 0, 1, 2), then the bytes, then `N_MERGES_B` merges
+learned from the lower-cased corpus. It tokenizes any text (byte fallback), into other tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ VOCAB_SIZE = 256 + N_MERGES + len(SPECIAL_TOKENS)
 BOS_ID = 256 + N_MERGES  # <|endoftext|>
 IM_START_ID = BOS_ID + 1
 EOS_ID = BOS_ID + 2  # <|im_end|>
+N_MERGES_B = 200
+VOCAB_SIZE_B = 256 + N_MERGES_B + len(SPECIAL_TOKENS)
 
 # Values stored as float32 in the file: the reference config uses the same float32 values, so the
 # config transformers rebuilds from the file is identical to it, not 1e-5 versus 9.99999974e-06.
@@ -87,6 +94,7 @@ class TinySpec:
     # GGUF tensor-name endings written F16 whatever qtype says, as mixed files keep some matrices
     # in a type the int4 kernel cannot run (e.g. ("ffn_down.weight",)).
     f16_matrices: tuple[str, ...] = ()
+    vocab: str = "a"  # the tokenizer: "a" or "b" (see the module's docstring)
 
     def qtype_of(self, gguf_name: str) -> str:
         return "F16" if self.f16_matrices and gguf_name.endswith(self.f16_matrices) else self.qtype
@@ -207,12 +215,15 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _train_vocab() -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
+def _train_vocab(vocab: str = "a") -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
+    if vocab not in ("a", "b"):
+        raise ValueError(f"unknown tiny vocabulary {vocab!r}")
+    corpus, n_merges = (_CORPUS, N_MERGES) if vocab == "a" else (_CORPUS.lower(), N_MERGES_B)
     # Split the corpus exactly as the tokenizer built from the file will (GPT-2's regex, then
     # byte-level spelling), so the merges apply to the same words at inference.
     splitter = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     word_counts: dict[tuple[str, ...], int] = {}
-    for piece, _ in splitter.pre_tokenize_str(_CORPUS):
+    for piece, _ in splitter.pre_tokenize_str(corpus):
         word = tuple(piece)
         word_counts[word] = word_counts.get(word, 0) + 1
 
@@ -221,7 +232,7 @@ def _train_vocab() -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
     known = set(tokens)
     merges: list[str] = []
     words = list(word_counts.items())
-    while len(merges) < N_MERGES:
+    while len(merges) < n_merges:
         pairs: dict[tuple[str, str], int] = {}
         for word, count in words:
             for pair in zip(word, word[1:]):
@@ -229,17 +240,18 @@ def _train_vocab() -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
         # Most frequent pair; ties broken by the pair itself so the result never depends on order.
         (left, right), count = min(pairs.items(), key=lambda item: (-item[1], item[0]))
         if count < 2:
-            raise RuntimeError(f"corpus too small for {N_MERGES} merges (got {len(merges)})")
+            raise RuntimeError(f"corpus too small for {n_merges} merges (got {len(merges)})")
         merges.append(f"{left} {right}")
         if left + right not in known:
             known.add(left + right)
             tokens.append(left + right)
         words = [(_merge(word, left, right), count) for word, count in words]
-    if len(tokens) != 256 + N_MERGES:
+    if len(tokens) != 256 + n_merges:
         raise RuntimeError("a merge produced an existing token; the fixed ids above would shift")
-    tokens += SPECIAL_TOKENS
-    types = [int(gguf.TokenType.NORMAL)] * (len(tokens) - 3) + [int(gguf.TokenType.CONTROL)] * 3
-    return tuple(tokens), tuple(types), tuple(merges)
+    normal, control = [int(gguf.TokenType.NORMAL)] * len(tokens), [int(gguf.TokenType.CONTROL)] * 3
+    if vocab == "b":
+        return tuple([*SPECIAL_TOKENS, *tokens]), tuple(control + normal), tuple(merges)
+    return tuple([*tokens, *SPECIAL_TOKENS]), tuple(normal + control), tuple(merges)
 
 
 def _merge(word: tuple[str, ...], left: str, right: str) -> tuple[str, ...]:
@@ -255,10 +267,17 @@ def _merge(word: tuple[str, ...], left: str, right: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
-    """(tokens, token types, merges) of the tokenizer every tiny model shares."""
-    tokens, types, merges = _train_vocab()
+def tiny_vocab(vocab: str = "a") -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of tiny tokenizer "a" (every spec's default) or "b"."""
+    tokens, types, merges = _train_vocab(vocab)
     return list(tokens), list(types), list(merges)
+
+
+def vocab_ids(vocab: str = "a") -> tuple[int, int, int]:
+    """(vocabulary size, BOS id, EOS id) of tiny tokenizer "a" or "b"."""
+    if vocab == "b":
+        return VOCAB_SIZE_B, 0, 2
+    return VOCAB_SIZE, BOS_ID, EOS_ID
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,11 +291,12 @@ def _hf_config(spec: TinySpec) -> transformers.PreTrainedConfig:
         raise ValueError(f"unsupported qtype {spec.qtype!r}")
     if spec.llama3_rope and spec.arch != "llama":
         raise ValueError("llama3_rope is for llama only")
+    vocab_size, bos_id, eos_id = vocab_ids(spec.vocab)
     rope: dict = {"rope_type": "default", "rope_theta": spec.theta}
     if spec.llama3_rope:
         rope = {**LLAMA3_ROPE, "rope_theta": spec.theta}
     common = dict(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         hidden_size=spec.hidden,
         intermediate_size=spec.intermediate,
         num_hidden_layers=spec.n_layers,
@@ -286,8 +306,8 @@ def _hf_config(spec: TinySpec) -> transformers.PreTrainedConfig:
         rms_norm_eps=RMS_EPS,
         rope_parameters=rope,
         tie_word_embeddings=False,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
     )
     if spec.arch == "llama":
         return transformers.LlamaConfig(head_dim=spec.head_dim, **common)
@@ -416,12 +436,13 @@ def write_tiny_gguf(path: Path, spec: TinySpec, model: transformers.PreTrainedMo
     if model is None:
         model = build_hf_model(spec)
     _, file_type = _QTYPES[spec.qtype]
-    tokens, types, merges = tiny_vocab()
+    tokens, types, merges = tiny_vocab(spec.vocab)
+    vocab_size, bos_id, eos_id = vocab_ids(spec.vocab)
 
     writer = gguf.GGUFWriter(str(path), spec.arch)
     writer.add_name(f"tiny-{spec.arch}-{spec.qtype}-seed{spec.seed}")
     writer.add_file_type(int(file_type))
-    writer.add_vocab_size(VOCAB_SIZE)
+    writer.add_vocab_size(vocab_size)
     writer.add_context_length(spec.context_length)
     writer.add_embedding_length(spec.hidden)
     writer.add_block_count(spec.n_layers)
@@ -440,8 +461,8 @@ def write_tiny_gguf(path: Path, spec: TinySpec, model: transformers.PreTrainedMo
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    writer.add_bos_token_id(BOS_ID)
-    writer.add_eos_token_id(EOS_ID)
+    writer.add_bos_token_id(bos_id)
+    writer.add_eos_token_id(eos_id)
     writer.add_add_bos_token(False)
     if spec.chat_template is not None:
         writer.add_chat_template(spec.chat_template)

@@ -32,7 +32,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
     if draft:
         group = parser.add_mutually_exclusive_group()
-        group.add_argument("-md", "--model-draft", help="draft model: a GGUF file with the main model's vocabulary")
+        group.add_argument("-md", "--model-draft", help="draft model: a GGUF file; the main model's vocabulary drafts token by token, another vocabulary through text (re-tokenized, each step costs more)")
         group.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model")
         parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")
         parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="layers of the draft model on the GPU")

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from app.engine.compat import check_compatibility
+from app.engine.compat import TEXT_LEVEL_NOTE, check_draft
 from app.engine.gguf_info import format_info, read_gguf_info
 from app.hub.builtin import resolve_model_arg
 
@@ -18,7 +18,7 @@ def register(sub) -> None:
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(func=cmd_inspect)
 
-    pair = sub.add_parser("check-pair", help="can DRAFT draft for MAIN? exit 0 yes, 3 no (reason on stderr)")
+    pair = sub.add_parser("check-pair", help="can DRAFT draft for MAIN, token-level (same vocabulary) or text-level (re-tokenized)? exit 0 yes, 3 no (reason on stderr)")
     pair.add_argument("main", help="main model GGUF")
     pair.add_argument("draft", help="draft model GGUF")
     pair.set_defaults(func=cmd_check_pair)
@@ -54,9 +54,13 @@ def cpu_plan_line(info) -> str:
 def cmd_check_pair(args: argparse.Namespace) -> int:
     main = read_gguf_info(resolve_model_arg(args.main))
     draft = read_gguf_info(resolve_model_arg(args.draft))
-    result = check_compatibility(main, draft)
-    if result.compatible:
-        print(f"compatible: {draft.path.name} can draft for {main.path.name}")
+    result = check_draft(main, draft)
+    if result.level == "token":
+        print(f"compatible: {draft.path.name} can draft for {main.path.name} (token-level: same vocabulary)")
         return 0
-    print(f"specula: incompatible ({result.rule}): {result.reason}", file=sys.stderr)
+    if result.text_level:
+        print(f"compatible: {draft.path.name} can draft for {main.path.name} "
+              f"(text-level ({TEXT_LEVEL_NOTE}); token-level fails: {result.token.reason})")
+        return 0
+    print(f"specula: incompatible ({result.token.rule}): {result.reason}", file=sys.stderr)
     return 3

@@ -139,3 +139,42 @@ def check_compatibility(main: GGUFInfo, draft: GGUFInfo) -> CompatResult:
         return fail("token_text", f"token text differs at id {i}: main {toks_m[i]!r} "
                                   f"vs draft {toks_d[i]!r}")
     return CompatResult(True, None, None)
+
+
+# Tokenizer models whose GGUF vocabulary our loader turns into a working tokenizer (transformers'
+# SentencePiece and byte-level BPE converters): what drafting through text needs on both sides.
+TEXT_LEVEL_VOCAB_TYPES = frozenset({"llama", "gpt2"})
+TOKEN_LEVEL = "token"
+TEXT_LEVEL = "text"
+TEXT_LEVEL_NOTE = "different vocabularies: drafts are re-tokenized, each step costs more"
+
+
+@dataclass(frozen=True)
+class DraftCheck:
+    """How `draft` can draft for `main`: token-level (same vocabulary), text-level (drafts decoded
+    to text and re-tokenized with the main tokenizer), or not at all (level None)."""
+
+    level: str | None  # TOKEN_LEVEL, TEXT_LEVEL or None
+    token: CompatResult  # llama.cpp's same-vocabulary verdict, with its reason when it failed
+    reason: str | None = None  # why neither works, when level is None
+
+    def __bool__(self) -> bool:
+        return self.level is not None
+
+    @property
+    def text_level(self) -> bool:
+        return self.level == TEXT_LEVEL
+
+
+def check_draft(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
+    """Token-level when llama.cpp's rules pass; otherwise text-level when both files carry a
+    tokenizer we can build; otherwise refused with the reason."""
+    token = check_compatibility(main, draft)
+    if token.compatible:
+        return DraftCheck(TOKEN_LEVEL, token)
+    for role, info in (("main", main), ("draft", draft)):
+        if info.vocab_type not in TEXT_LEVEL_VOCAB_TYPES or not info.vocab_size:
+            return DraftCheck(None, token, f"{token.reason}; and the {role}'s tokenizer "
+                                           f"({info.vocab_type or 'none'}) cannot re-tokenize drafts "
+                                           f"(needs one of {', '.join(sorted(TEXT_LEVEL_VOCAB_TYPES))})")
+    return DraftCheck(TEXT_LEVEL, token)
