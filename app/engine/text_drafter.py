@@ -92,11 +92,19 @@ class MainText:
         del self.ids[n:], self.ends[n:], self.clean[n:]
         self.text = self.text[: self.ends[-1]] if n else ""
         for token in context[n:]:
-            piece, clean = self.codec.decode_after(self.ids[-DECODE_WINDOW:], [int(token)])
+            piece, clean = self.codec.decode_after(self.ids[self._window_start():], [int(token)])
             self.ids.append(int(token))
             self.text += piece
             self.ends.append(len(self.text))
             self.clean.append(clean)
+
+    def _window_start(self) -> int:
+        """A few tokens back, where the text was whole: a window that starts mid-character
+        decodes its first bytes as replacement characters, which the next token can't fix."""
+        start = max(0, len(self.ids) - DECODE_WINDOW)
+        while start > 0 and not self.clean[start - 1]:
+            start -= 1
+        return start
 
     def tail_start(self, n_min: int, n_max: int) -> int:
         """A token index a few tokens before the end where the text is whole and, if one is
@@ -169,13 +177,18 @@ def _char_class(ch: str) -> int:
 
 
 def last_run_start(text: str) -> int:
-    """Where the last run of one character class (letters, digits, spaces, other) starts: text
-    after it may still be joined by what follows (a word, a number, a run of spaces)."""
+    """Where the last run of one character class (letters, digits, spaces, other) starts, with
+    the whitespace just before it: text from there may still be joined by what follows (a word,
+    a number, a run of spaces), and byte-level BPE and SentencePiece both tokenize a word
+    together with the space before it (" ran", "▁ran"), so "fox r" must not propose " ".
+    """
     i = len(text)
     if not i:
         return 0
     cls = _char_class(text[-1])
     while i > 0 and _char_class(text[i - 1]) == cls:
+        i -= 1
+    while i > 0 and cls != 0 and text[i - 1].isspace():
         i -= 1
     return i
 
