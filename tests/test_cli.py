@@ -47,7 +47,7 @@ def commands(files: dict[str, Path]) -> dict[str, list[str]]:
         # Errors: a bad flag (exit 2), a bad model file (1), a draft for another vocabulary (3).
         "unknown-flag": ["run", "-m", tiny, "-p", "x", "--no-such-flag"],
         "truncated": ["run", "-m", str(files["truncated"]), "-p", "x"],
-        "draft-incompatible": ["run", "-m", tiny, "-md", str(files["other-tokens"]), "-p", "x", "-n", "4"],
+        "draft-incompatible": ["run", "-m", tiny, "-md", str(files["other-vocab-type"]), "-p", "x", "-n", "4"],
         "pair-bad": ["check-pair", tiny, str(files["other-vocab-type"])],
         # Header facts and the benchmark.
         "inspect-json": ["inspect", tiny, "--json"],
@@ -251,7 +251,8 @@ def test_incompatible_draft_exits_3(cli):
     result = cli["draft-incompatible"]
     assert result.returncode == 3, result.stderr
     line = one_line(result.stderr)
-    assert "foreign-tokens.gguf" in line and "token text differs" in line
+    # Another vocabulary would draft through text; a WordPiece one cannot even do that.
+    assert "wpm-vocab.gguf" in line and "cannot re-tokenize drafts" in line
     assert result.stdout == ""
 
 

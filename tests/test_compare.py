@@ -239,7 +239,7 @@ def test_incompatible_draft_is_refused_before_anything_runs(tiny_paths):
     from tests.tiny_gguf import VOCAB_SIZE
 
     folder = tiny_paths["llama-f32"].parent
-    foreign = write_gguf(folder / "foreign-vocab.gguf", tokens=make_tokens(VOCAB_SIZE, "zz"))
+    foreign = write_gguf(folder / "foreign-vocab.gguf", tokens=make_tokens(VOCAB_SIZE, "zz"), vocab_type="bert")
     request = request_for(tiny_paths, [DraftChoice(MODEL, str(foreign), "foreign")])
     with pytest.raises(IncompatibleDraftError) as info:
         Runner(request).run()

@@ -39,7 +39,9 @@ def foreign(tiny_paths):
     from tests.header_gguf import make_tokens, write_gguf
     from tests.tiny_gguf import VOCAB_SIZE
 
-    return write_gguf(tiny_paths["llama-f32"].parent / "foreign-tokens.gguf", tokens=make_tokens(VOCAB_SIZE, "zz"))
+    # A WordPiece vocabulary: it cannot draft even through text.
+    return write_gguf(tiny_paths["llama-f32"].parent / "wordpiece-tokens.gguf", tokens=make_tokens(VOCAB_SIZE, "zz"),
+                      vocab_type="bert")
 
 
 def compare_window(qtbot, paths) -> CompareWindow:
@@ -66,12 +68,14 @@ def wait_done(qtbot, window) -> None:
 
 
 def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_paths, foreign, tmp_path):
-    window = compare_window(qtbot, [tiny_paths["llama-f32"], tiny_paths["llama-other"], foreign])
+    window = compare_window(qtbot, [tiny_paths["llama-f32"], tiny_paths["llama-other"], tiny_paths["llama-b"], foreign])
     set_up(window, tiny_paths)
     drafts = dict(window.setup.draft_texts())
+    assert drafts["tiny-llama-F32-seed2 — text-level (other vocabulary)"] is True  # offered, not checked
     assert drafts["None (plain decoding: the baseline)"] and drafts["Prompt lookup (no draft model)"]
     assert drafts["tiny-llama-F32-seed1"]
-    assert drafts["Tiny Test — incompatible"] is False  # another vocabulary: offered greyed, not runnable
+    refused = [text for text in drafts if text.startswith("Tiny Test — incompatible: ")]
+    assert len(refused) == 1 and drafts[refused[0]] is False  # offered greyed, not runnable
     assert not window.csv_button.isEnabled()  # nothing to export yet
 
     qtbot.mouseClick(window.setup.run_button, Qt.MouseButton.LeftButton)

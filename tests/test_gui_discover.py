@@ -14,7 +14,7 @@ from huggingface_hub import constants, get_token
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.engine.compat import check_compatibility
+from app.engine.compat import check_compatibility, check_draft
 from app.engine.gguf_info import format_bytes, read_gguf_info
 from app.ui.discover import KEY_ROLE, DiscoverPanel
 from app.worker.hub_tasks import HubCalls
@@ -121,16 +121,16 @@ def test_file_shows_header_fit_and_draft_compatibility(qtbot, panel, hub, hub_fi
     assert "compatible (" in details and "not compatible" not in details
     assert hub.cdn_bytes() < hub_files["small"].stat().st_size  # range reads, not the file
 
-    pick_repo(qtbot, panel, REPO_FOREIGN)
+    pick_repo(qtbot, panel, REPO_FOREIGN)  # another vocabulary: it drafts through text
     details = pick_file(qtbot, panel, "Tiny-Llama-Foreign-F16.gguf")
-    reason = check_compatibility(main, read_gguf_info(hub_files["foreign"])).reason
-    assert "✗ not compatible: " in details and reason.split(":")[0] in details
-    shot(panel, "discover-not-compatible")
+    assert not check_compatibility(main, read_gguf_info(hub_files["foreign"]))
+    assert "✓ text-level (" in details and "re-tokenized" in details and "not compatible" not in details
+    shot(panel, "discover-text-level")
 
     panel.set_main_model(None)  # no main model: the check is explained, not guessed
     assert "choose a main model first" in panel.details.text()
     panel.set_main_model(main)  # and a main model set later is checked on the shown header
-    qtbot.waitUntil(lambda: "not compatible" in panel.details.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "text-level" in panel.details.text(), timeout=WAIT_MS)
 
     pick_repo(qtbot, panel, REPO_BIG)  # the main model itself: compatible, but no faster
     assert "too big to speed it up" in pick_file(qtbot, panel, BIG_FILE)
@@ -323,3 +323,15 @@ def test_progress_words():
     assert progress_line(p(phase="checking")).startswith("checking the kept part")
     assert [eta_text(s) for s in (None, 59.4, 61, 3725)] == ["time left unknown", "59 s left",
                                                               "1 min 01 s left", "1 h 02 min left"]
+
+
+def test_a_draft_that_cannot_draft_says_why(hub_files, tmp_path):
+    """A vocabulary neither side can re-tokenize (WordPiece) is refused with the reason."""
+    from app.ui.discover_text import draft_html
+    from tests.header_gguf import make_tokens, write_gguf
+    from tests.tiny_gguf import VOCAB_SIZE
+
+    main = read_gguf_info(hub_files["big"])
+    wordpiece = read_gguf_info(write_gguf(tmp_path / "wp.gguf", tokens=make_tokens(VOCAB_SIZE, "wp"), vocab_type="bert"))
+    shown = draft_html(check_draft(main, wordpiece), wordpiece, main, "Big")
+    assert "✗ not compatible: vocabulary types differ" in shown and "cannot re-tokenize drafts" in shown

@@ -21,10 +21,21 @@ def item_for(picker_items, title_start: str):
     return found[0]
 
 
-def test_draft_list_offers_compatible_models_and_greys_the_rest(qtbot, data_dir, tiny_paths, foreign_vocab_path):
+def wordpiece_vocab_path(folder: Path) -> Path:
+    """A header-only GGUF with a WordPiece (bert) vocabulary: no tokenizer we can build, so it
+    can draft for nothing, not even through text."""
+    from tests.header_gguf import make_tokens, write_gguf
+    from tests.tiny_gguf import VOCAB_SIZE
+
+    return write_gguf(folder / "wordpiece-vocab.gguf", tokens=make_tokens(VOCAB_SIZE, "wp"), vocab_type="bert")
+
+
+def test_draft_list_offers_same_and_text_level_drafts_and_greys_the_rest(qtbot, data_dir, tiny_paths,
+                                                                          foreign_vocab_path, tmp_path):
     window = open_window(qtbot)
+    wordpiece = wordpiece_vocab_path(tmp_path)
     add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-q8"], tiny_paths["qwen2-f32"],
-                               foreign_vocab_path])
+                               foreign_vocab_path, wordpiece])
     assert window.picker.select_main(str(tiny_paths["llama-f32"]))
     items = window.picker.draft_items()
     # (text, enabled, tooltip)
@@ -32,14 +43,20 @@ def test_draft_list_offers_compatible_models_and_greys_the_rest(qtbot, data_dir,
     assert items[1][:2] == ("Prompt lookup (no draft model)", True)
     assert item_for(items, "tiny-llama-Q8_0-seed0")[1] is True
     assert item_for(items, "tiny-qwen2-F32-seed0")[1] is True  # same vocabulary: compatible
+    # Another vocabulary (one token's text differs; SmolLM2's is another altogether): offered,
+    # marked text-level, the tooltip saying why and what it costs.
     foreign = item_for(items, "tiny-llama-F32-seed9")
-    assert foreign[1] is False and "incompatible: token text differs at id 300" in foreign[0]
-    assert "Cannot draft for tiny-llama-F32-seed0" in foreign[2]
+    assert foreign[1] is True and foreign[0].endswith("text-level (other vocabulary)")
+    assert "token text differs at id 300" in foreign[2] and "costs more" in foreign[2]
     smollm = item_for(items, "SmolLM2 135M Instruct")
-    assert smollm[1] is False and "vocabulary sizes differ" in smollm[0]
+    assert smollm[1] is True and "text-level" in smollm[0] and "vocabulary sizes differ" in smollm[2]
+    bert = item_for(items, "Tiny Test")  # the header-only file's general.name
+    assert bert[1] is False and "incompatible" in bert[0] and "cannot re-tokenize drafts" in bert[0]
+    assert "Cannot draft for tiny-llama-F32-seed0" in bert[2]
     # The main model itself is not offered as its own draft; a greyed one cannot be selected.
     assert not any(text.startswith("tiny-llama-F32-seed0") for text, _, _ in items)
-    assert not window.picker.select_draft(MODEL, str(foreign_vocab_path))
+    assert not window.picker.select_draft(MODEL, str(wordpiece))
+    assert window.picker.select_draft(MODEL, str(foreign_vocab_path))
     window.picker.draft_combo.showPopup()
     qtbot.wait(50)
     popup = window.picker.draft_combo.view().window()
@@ -50,7 +67,8 @@ def test_draft_list_offers_compatible_models_and_greys_the_rest(qtbot, data_dir,
     # Switching the main model re-checks every draft against it.
     assert window.picker.select_main(str(builtin_path("smollm2-135m")))
     items = window.picker.draft_items()
-    assert item_for(items, "tiny-llama-Q8_0-seed0")[1] is False
+    q8 = item_for(items, "tiny-llama-Q8_0-seed0")
+    assert q8[1] is True and "text-level" in q8[0]
 
 
 def test_bad_files_are_refused_with_a_message(qtbot, data_dir, tiny_paths, tmp_path):

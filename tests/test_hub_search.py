@@ -194,11 +194,14 @@ def test_drafts_same_vocabulary_smaller_best_first(hub, hub_files):
     assert family_query(main) == "tiny-llama"
     found = suggest_drafts(main, local=[], main_repo=REPO_BIG)
     # The 2-layer model (13% of the main) is nearer the ~10% sweet spot than the 1-layer one (4%);
-    # the foreign vocabulary fails the engine's check, the gated repo is skipped, the main is too big.
-    assert [s.repo_id for s in found] == [REPO_MID, REPO_SMALL]
-    assert all(s.source == "hub" and check_compatibility(main, s.info) for s in found)
+    # the foreign vocabulary drafts through text, so it ranks after both whatever its size; the
+    # gated repo is skipped, the main is too big.
+    assert [s.repo_id for s in found] == [REPO_MID, REPO_SMALL, REPO_FOREIGN]
+    assert [s.level for s in found] == ["token", "token", "text"]
+    assert all(s.source == "hub" and check_compatibility(main, s.info) for s in found[:2])
     assert found[0].filename == "Tiny-Llama-2L-Q8_0.gguf"  # 8-bit preferred for drafts
-    assert not check_remote_pair(main, REPO_FOREIGN, "Tiny-Llama-Foreign-F16.gguf").compatible
+    foreign = check_remote_pair(main, REPO_FOREIGN, "Tiny-Llama-Foreign-F16.gguf")
+    assert foreign.text_level and not foreign.token.compatible
 
 
 def test_drafts_from_the_library_rank_before_the_same_on_the_hub(hub, hub_files, tmp_path):

@@ -153,9 +153,14 @@ def test_load_failures_are_one_line_messages(qtbot, host, tiny_paths, tmp_path):
     assert "file not found" in load_failure(qtbot, host, PairSpec(str(tmp_path / "missing.gguf"), NONE))
 
 
-def test_incompatible_pair_is_refused_before_loading(qtbot, host, tiny_paths, foreign_vocab_path):
-    message = load_failure(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), MODEL, str(foreign_vocab_path)))
-    assert "cannot draft for llama-f32.gguf" in message and "token text differs" in message
+def test_incompatible_pair_is_refused_before_loading(qtbot, host, tiny_paths, tmp_path):
+    from tests.header_gguf import make_tokens, write_gguf
+    from tests.tiny_gguf import VOCAB_SIZE
+
+    # A WordPiece vocabulary drafts neither token by token nor through text.
+    wordpiece = write_gguf(tmp_path / "wordpiece.gguf", tokens=make_tokens(VOCAB_SIZE, "wp"), vocab_type="bert")
+    message = load_failure(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), MODEL, str(wordpiece)))
+    assert "cannot draft for llama-f32.gguf" in message and "cannot re-tokenize drafts" in message
 
 
 def test_cancel_pressed_before_the_load_starts_is_not_lost(qtbot, host, tiny_paths):
@@ -209,8 +214,8 @@ def write_foreign_vocab_model(path):
 
     original = tiny.tiny_vocab
 
-    def changed_vocab():
-        tokens, types, merges = original()
+    def changed_vocab(vocab: str = "a"):
+        tokens, types, merges = original(vocab)
         tokens[300] = tokens[300] + "Z"
         return tokens, types, merges
 

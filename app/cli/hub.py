@@ -123,14 +123,14 @@ def _local_info(value: str):
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from app.engine.compat import check_compatibility
+    from app.engine.compat import check_draft
     from app.engine.gguf_info import format_info
     from app.hub.search import fetch_remote_header, fits_this_machine
 
     header = fetch_remote_header(args.repo, args.file)
     info = header.info
     fit = fits_this_machine(info, n_ctx=args.ctx_size or None)
-    compat = check_compatibility(_local_info(args.main), info) if args.main else None
+    compat = check_draft(_local_info(args.main), info) if args.main else None
     read = (f"read {format_bytes(header.bytes_transferred)} of {format_bytes(header.file.size)} "
             f"in {header.requests} range request{'s' if header.requests > 1 else ''}")
     if args.json:
@@ -138,8 +138,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 "sha256": header.file.sha256, "bytes_transferred": header.bytes_transferred,
                 "requests": header.requests, "info": info.to_dict(fit.dtype), "fit": fit.to_dict()}
         if compat is not None:
-            data["draft_for_main"] = {"compatible": compat.compatible, "rule": compat.rule,
-                                      "reason": compat.reason}
+            data["draft_for_main"] = {"compatible": compat.compatible, "level": compat.level,
+                                      "rule": compat.token.rule, "reason": compat.reason or compat.token.reason}
         _print_json(data)
         return 0
     facts = format_info(info, fit.dtype)
@@ -148,7 +148,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(facts)
     print(f"{'this machine:':<{width}} {fit.reason}")
     if compat is not None:
-        verdict = "can draft for it" if compat.compatible else f"cannot draft for it: {compat.reason}"
+        verdict = (f"can draft for it, {compat.describe()}" if compat.compatible
+                   else f"cannot draft for it: {compat.reason}")
         print(f"{'main model:':<{width}} {Path(args.main).name}: {verdict}")
     print(f"{'transfer:':<{width}} {read}")
     return 0
@@ -216,7 +217,8 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         return 0
     for s in found:
         where = str(s.path) if s.path else f"specula hub download {s.repo_id} {s.filename}"
-        print(f"{s.ratio:6.1%} of the main's size  {format_bytes(s.size_bytes):>10}  {s.name}\n        {where}")
+        level = "" if s.level == "token" else "  [text-level: other vocabulary, re-tokenized]"
+        print(f"{s.ratio:6.1%} of the main's size  {format_bytes(s.size_bytes):>10}  {s.name}{level}\n        {where}")
     return 0
 
 

@@ -165,6 +165,18 @@ class DraftCheck:
     def text_level(self) -> bool:
         return self.level == TEXT_LEVEL
 
+    @property
+    def compatible(self) -> bool:
+        return self.level is not None
+
+    def describe(self) -> str:
+        """One phrase for lists and messages: how it drafts, or why it cannot."""
+        if self.level == TOKEN_LEVEL:
+            return "token-level (same vocabulary)"
+        if self.level == TEXT_LEVEL:
+            return f"text-level ({TEXT_LEVEL_NOTE})"
+        return f"incompatible: {self.reason}"
+
 
 def check_draft(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
     """Token-level when llama.cpp's rules pass; otherwise text-level when both files carry a

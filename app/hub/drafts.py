@@ -1,7 +1,9 @@
-"""Draft models for a main model: smaller models with the same vocabulary, best first.
+"""Draft models for a main model: smaller models, same vocabulary first, best first.
 
-A draft only helps when the engine's compatibility check (llama.cpp's rules, on the two headers)
-passes and it is much cheaper than the main model. Candidates come from the local library (free to
+A draft only helps when the engine's check on the two headers passes and it is much cheaper than
+the main model. The main model's own vocabulary (llama.cpp's rules) drafts token by token; another
+vocabulary that both tokenizers can handle drafts through text, which costs more per step, so
+those rank after every same-vocabulary one. Candidates come from the local library (free to
 try) and from a hub search for the main model's family (e.g. "Llama-3" for Llama 3.1 8B, which
 finds the Llama 3.2 1B repos); hub candidates are checked on headers read with range requests, so
 nothing is downloaded to find out a draft cannot be used.
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.compat import CompatResult, check_compatibility
+from app.engine.compat import TEXT_LEVEL, TOKEN_LEVEL, DraftCheck, check_draft
 from app.engine.errors import SpeculaError
 from app.engine.gguf_info import GGUFInfo
 from app.hub.errors import OfflineError
@@ -49,17 +51,19 @@ class DraftSuggestion:
     n_params: int
     ratio: float  # draft parameters / main parameters
     info: GGUFInfo = field(repr=False)
+    level: str = TOKEN_LEVEL  # TOKEN_LEVEL (same vocabulary) or TEXT_LEVEL (through text)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "name": self.name, "repo_id": self.repo_id,
                 "filename": self.filename, "path": str(self.path) if self.path else None,
-                "size_bytes": self.size_bytes, "n_params": self.n_params, "ratio": self.ratio}
+                "size_bytes": self.size_bytes, "n_params": self.n_params, "ratio": self.ratio,
+                "level": self.level}
 
 
 def check_remote_pair(main: GGUFInfo, repo_id: str, filename: str,
-                      revision: str | None = None) -> CompatResult:
-    """Whether a hub file can draft for `main`: the engine's check on the two headers."""
-    return check_compatibility(main, fetch_remote_info(repo_id, filename, revision))
+                      revision: str | None = None) -> DraftCheck:
+    """Whether (and how) a hub file can draft for `main`: the engine's check on the two headers."""
+    return check_draft(main, fetch_remote_info(repo_id, filename, revision))
 
 
 def family_query(main: GGUFInfo) -> str:
@@ -76,16 +80,18 @@ def family_query(main: GGUFInfo) -> str:
     return re.sub(r"(\d)\.\d+$", r"\1", query)
 
 
-def _score(s: DraftSuggestion) -> tuple[float, int, int]:
-    return (abs(math.log10(max(s.ratio, 1e-9)) - math.log10(TARGET_RATIO)),
+def _score(s: DraftSuggestion) -> tuple[int, float, int, int]:
+    return (0 if s.level == TOKEN_LEVEL else 1, abs(math.log10(max(s.ratio, 1e-9)) - math.log10(TARGET_RATIO)),
             0 if s.source == "local" else 1, s.size_bytes)
 
 
-def _usable_ratio(main: GGUFInfo, draft: GGUFInfo) -> float | None:
+def _usable(main: GGUFInfo, draft: GGUFInfo) -> tuple[float, str] | None:
+    """(size ratio, drafting level) of a draft worth suggesting; None for one that is not."""
     ratio = draft.n_params / max(main.n_params, 1)
-    if ratio > MAX_RATIO or not check_compatibility(main, draft):
+    check = check_draft(main, draft)
+    if ratio > MAX_RATIO or not check:
         return None
-    return ratio
+    return ratio, check.level or TEXT_LEVEL
 
 
 def _local_suggestions(main: GGUFInfo, local: Sequence[LocalModel]) -> list[DraftSuggestion]:
@@ -93,10 +99,10 @@ def _local_suggestions(main: GGUFInfo, local: Sequence[LocalModel]) -> list[Draf
     for m in local:
         if not m.usable or m.info is None:
             continue
-        ratio = _usable_ratio(main, m.info)
-        if ratio is not None:
+        usable = _usable(main, m.info)
+        if usable is not None:
             out.append(DraftSuggestion("local", m.name, m.repo_id, m.path.name, m.path,
-                                       m.size_bytes, m.info.n_params, ratio, m.info))
+                                       m.size_bytes, m.info.n_params, usable[0], m.info, usable[1]))
     return out
 
 
@@ -128,18 +134,18 @@ def _hub_suggestions(main: GGUFInfo, query: str, main_repo: str | None,
         except SpeculaError as exc:  # a gated or broken candidate is skipped, not fatal
             log.info("draft candidate %s skipped: %s", repo.repo_id, exc)
             continue
-        ratio = _usable_ratio(main, header.info)
-        if ratio is not None:
+        usable = _usable(main, header.info)
+        if usable is not None:
             out.append(DraftSuggestion("hub", f"{repo.repo_id}/{pick.filename}", repo.repo_id,
                                        pick.filename, None, pick.size_bytes,
-                                       header.info.n_params, ratio, header.info))
+                                       header.info.n_params, usable[0], header.info, usable[1]))
     return out
 
 
 def suggest_drafts(main: GGUFInfo, *, local: Sequence[LocalModel] | None = None,
                    search_hub: bool = True, query: str | None = None, main_repo: str | None = None,
                    limit: int = 5, max_remote_checks: int = 6) -> list[DraftSuggestion]:
-    """Compatible drafts for `main`, best first: local models (the library unless `local` is
+    """Drafts for `main`, best first (same vocabulary before text-level): local models (the library unless `local` is
     given) and, with `search_hub`, hub repos of the same family. Offline, the hub part raises
     OfflineError only when there are no local suggestions to return."""
     if local is None:

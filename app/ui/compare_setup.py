@@ -20,8 +20,9 @@ from PySide6.QtWidgets import (
 from app.compare.choices import parse_lengths
 from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_prompts, own_prompt, read_prompt_file
 from app.compare.results import LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress, RunSettings
-from app.engine.compat import check_compatibility
+from app.engine.compat import check_draft
 from app.engine.errors import SpeculaError
+from app.ui.draft_labels import draft_title, draft_tooltip
 from app.ui.library import LibraryEntry
 from app.ui.style import small_muted_label
 
@@ -178,15 +179,12 @@ class CompareSetup(QWidget):
         for entry in self._entries:
             if main is None or entry.path == main.path:
                 continue
-            result = check_compatibility(main.info, entry.info)
+            result = check_draft(main.info, entry.info)
             choice = (MODEL, entry.path)
-            if result.compatible:
-                item = self._add_draft(entry.title, choice, choice in checked)
-                item.setToolTip(entry.facts())
-            else:
-                item = self._add_draft(f"{entry.title} — incompatible", choice, False)
+            item = self._add_draft(draft_title(entry.title, result), choice, bool(result) and choice in checked)
+            item.setToolTip(draft_tooltip(entry, main, result))
+            if not result:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
-                item.setToolTip(f"Cannot draft for {main.title}: {result.reason}")
 
     def _add_draft(self, text: str, choice: tuple[str, str | None], checked: bool) -> QListWidgetItem:
         item = QListWidgetItem(text, self.drafts)

@@ -14,7 +14,7 @@ from app.ui.format import relative_time
 from app.ui.library import count_text, fact_parts
 
 if TYPE_CHECKING:  # types only: the hub modules load on the worker threads (see hub_tasks)
-    from app.engine.compat import CompatResult
+    from app.engine.compat import DraftCheck
     from app.hub.progress import DownloadProgress
     from app.hub.repos import GGUFModelFile, RepoResult
     from app.worker.hub_tasks import FileFacts, RepoFiles
@@ -74,8 +74,9 @@ def _coloured(ok: bool, text: str) -> str:
     return f"<span style='color:{GOOD if ok else BAD}'>{mark} {html.escape(text)}</span>"
 
 
-def draft_html(compat: CompatResult | None, draft: GGUFInfo, main: GGUFInfo | None, main_name: str | None) -> str:
-    """'Draft for X: compatible' / 'not compatible: reason', or how to get the check."""
+def draft_html(compat: DraftCheck | None, draft: GGUFInfo, main: GGUFInfo | None, main_name: str | None) -> str:
+    """'Draft for X: compatible' (or 'text-level: ...') / 'not compatible: reason', or how to get
+    the check."""
     if main is None or compat is None:
         return html.escape("Draft check: choose a main model first.")
     who = html.escape(main_name or main.name or main.architecture)
@@ -85,6 +86,10 @@ def draft_html(compat: CompatResult | None, draft: GGUFInfo, main: GGUFInfo | No
     if ratio > DRAFT_MAX_RATIO:
         return (f"Draft for <b>{who}</b>: " +
                 _coloured(True, f"compatible, but {ratio:.0%} of its size: too big to speed it up"))
+    if compat.text_level:
+        return (f"Draft for <b>{who}</b>: " +
+                _coloured(True, f"text-level ({ratio:.0%} of its size): another vocabulary, so its drafts "
+                                f"are re-tokenized, and each step costs more than a same-vocabulary draft's"))
     return f"Draft for <b>{who}</b>: " + _coloured(True, f"compatible ({ratio:.0%} of its size)")
 
 

@@ -1,8 +1,10 @@
-"""Pick the pair: a main model, and a draft model (compatible ones only), prompt lookup or none;
-GPU offload for each; Load with progress and Cancel.
+"""Pick the pair: a main model, and a draft model, prompt lookup or none; GPU offload for each;
+Load with progress and Cancel.
 
-Compatibility is decided on GGUF headers with llama.cpp's rules (app.engine.compat) before anything
-is loaded: incompatible models stay in the draft list, greyed, with the failed rule as the reason.
+How a model can draft is decided on GGUF headers (app.engine.compat.check_draft) before anything
+is loaded: the main model's vocabulary drafts token by token (llama.cpp's rules); another
+vocabulary drafts through text, marked "text-level"; a model neither way can use stays in the
+list, greyed, with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.compat import check_compatibility
+from app.engine.compat import DraftCheck, check_draft
+from app.ui.draft_labels import draft_title, draft_tooltip
 from app.ui.library import LibraryEntry
 from app.ui.offload import OffloadControl
 from app.ui.style import small_muted_label
@@ -71,7 +74,9 @@ class PairPicker(QWidget):
         self.draft_combo.setToolTip(
             "What guesses the next tokens for the main model to check in one pass: a small model "
             "with the same vocabulary, prompt lookup (copies from the conversation, no second "
-            "model), or none. Incompatible models are greyed, with the reason."
+            "model), or none. A model with another vocabulary drafts through text (marked "
+            "text-level: re-tokenized, each step costs more); one that cannot draft is greyed, "
+            "with the reason."
         )
         self.draft_combo.currentIndexChanged.connect(self._on_draft_changed)
         self.draft_facts = _small_label()
@@ -253,12 +258,7 @@ class PairPicker(QWidget):
         for entry in self._entries:
             if main is None or not entry.usable or entry.path == main.path:
                 continue
-            result = check_compatibility(main.info, entry.info)
-            item = QStandardItem(entry.title if result.compatible else f"{entry.title} — incompatible: {result.reason}")
-            item.setData(MODEL, KIND_ROLE)
-            item.setData(entry.path, PATH_ROLE)
-            item.setEnabled(result.compatible)
-            item.setToolTip(entry.facts() if result.compatible else f"Cannot draft for {main.title}: {result.reason}")
+            item = _draft_item(entry, main, check_draft(main.info, entry.info))
             model.appendRow(item)
         self.draft_combo.blockSignals(True)
         self.draft_combo.setModel(model)
@@ -288,6 +288,15 @@ class PairPicker(QWidget):
 
     def _refresh_draft_controls(self) -> None:
         self.draft_offload.setVisible(self.draft_choice()[0] == MODEL)
+
+
+def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck) -> QStandardItem:
+    item = QStandardItem(draft_title(entry.title, check))
+    item.setData(MODEL, KIND_ROLE)
+    item.setData(entry.path, PATH_ROLE)
+    item.setEnabled(bool(check))
+    item.setToolTip(draft_tooltip(entry, main, check))
+    return item
 
 
 def plan_text(facts: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 if TYPE_CHECKING:
-    from app.engine.compat import CompatResult
+    from app.engine.compat import DraftCheck
     from app.engine.gguf_info import GGUFInfo
     from app.hub.fit import FitResult, MachineMemory
     from app.hub.repos import GGUFModelFile
@@ -86,7 +86,7 @@ class FileFacts:
     filename: str
     info: GGUFInfo
     fit: FitResult
-    compat: CompatResult | None  # None without a main model
+    compat: DraftCheck | None  # None without a main model
     bytes_read: int  # header bytes fetched with range requests
     requests: int
     machine: MachineMemory  # measured once per panel, passed back in on the next read
@@ -134,22 +134,22 @@ def local_copies(listing: RepoFiles) -> RepoFiles:
 
 def read_file_facts(repo_id: str, filename: str, main: GGUFInfo | None,
                     machine: MachineMemory | None) -> FileFacts:
-    from app.engine.compat import check_compatibility
+    from app.engine.compat import check_draft as check_pair
     from app.hub.fit import fits_this_machine, machine_memory
     from app.hub.search import fetch_remote_header
 
     header = fetch_remote_header(repo_id, filename)
     machine = machine or machine_memory()
     fit = fits_this_machine(header.info, machine=machine)
-    compat = check_compatibility(main, header.info) if main is not None else None
+    compat = check_pair(main, header.info) if main is not None else None
     return FileFacts(repo_id, filename, header.info, fit, compat, header.bytes_transferred,
                      header.requests, machine)
 
 
-def check_draft(main: GGUFInfo, draft: GGUFInfo) -> CompatResult:
-    from app.engine.compat import check_compatibility
+def check_draft(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
+    from app.engine.compat import check_draft as check_pair
 
-    return check_compatibility(main, draft)
+    return check_pair(main, draft)
 
 
 # --- running them -------------------------------------------------------------------------------
