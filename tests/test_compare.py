@@ -304,7 +304,8 @@ def test_cli_table_and_exports(tiny_paths, tmp_path):
     assert "[5/6] tiny-llama-F32-seed1 · chat (2/2)" in progress and progress[-1] == "[6/6] complete"
     lines = result.stdout.splitlines()
     assert any(line.startswith("category") and line.endswith("identical") for line in lines)
-    assert lines[-1].startswith("verdict: lookup:") and "tiny-llama-F32-seed1:" in lines[-1]
+    assert lines[-2].startswith("verdict: lookup:") and "tiny-llama-F32-seed1:" in lines[-2]
+    assert lines[-1].startswith("reproduce the fastest (") and "specula run -m " in lines[-1]
     run = load_run(out["json"])
     assert run.status == COMPLETE and len(run.results) == 6
     assert all(r.identical for r in run.results if r.config != NONE)
@@ -360,4 +361,4 @@ def test_cli_ctrl_c_stops_after_the_step_and_keeps_the_results(tiny_paths, tmp_p
     assert "stopping after this step" in stderr and "Traceback" not in stderr
     run = load_run(out)
     assert run.status == CANCELLED and 1 <= len(run.results) < 4
-    assert "# run cancelled" in stdout and stdout.splitlines()[-1].startswith("verdict: ")
+    assert "# run cancelled" in stdout and any(line.startswith("verdict: ") for line in stdout.splitlines())

@@ -3,8 +3,9 @@
     specula compare -m MAIN --drafts none,lookup,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
                     [--draft-max 4,8,16] [--json OUT] [--csv OUT] [--png OUT]
 
-A progress bar goes to stderr, the table and the verdict to stdout. --json is written as results
-come in, so Ctrl-C (once: stop after the current step; twice: quit) keeps every finished result;
+A progress bar goes to stderr; the table, the verdict and the `specula run` command that reproduces
+the fastest configuration to stdout. --json is written as results come in, so Ctrl-C (once: stop
+after the current step; twice: quit) keeps every finished result;
 --csv and --png are written at the end, also after Ctrl-C. The PNG is drawn by the window's chart
 code (app.ui, Qt offscreen), reached by name so that this module never imports Qt.
 """
@@ -81,6 +82,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr)
     request = build_request(args, notice=bar.note)
     from app.compare.export import format_table, save_csv
+    from app.compare.fastest import reproduce_line
     from app.compare.runner import Runner
     from app.compare.summary import verdict
     from app.engine.errors import LoadCancelled
@@ -96,6 +98,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bar.done()
     print(format_table(run))
     print(f"verdict: {verdict(run)}")
+    reproduce = reproduce_line(run)
+    if reproduce is not None:
+        print(reproduce)
     if args.csv:
         save_csv(run, args.csv)
     if args.png:

@@ -1,7 +1,9 @@
 """The compare window (View ▸ Compare drafts): which draft pays off with this model, on this machine.
 
-Setup on the left (compare_setup), results on the right: the verdict line, grouped bars and curves
-(compare_charts), the sortable table (compare_table), and Open… / Compare with… / Export. The run
+Setup on the left (compare_setup), results on the right: the verdict line, the fastest configuration
+with "Use in chat" (compare_choice: useInChat, which the main window applies to its pair picker),
+grouped bars and curves (compare_charts), the sortable table (compare_table), and Open… /
+Compare with… / Export. The run
 itself happens on a worker thread (app.worker.compare_task); the window only receives snapshots,
 so it stays responsive. Every run is saved as it goes under the app's data folder
 (`comparisons/compare-YYYYmmdd-HHMMSS.json`) and can be reopened; Cancel keeps what finished.
@@ -14,16 +16,18 @@ import logging
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
 )
 
 from app.compare.export import save_csv
+from app.compare.fastest import fastest
 from app.compare.results import CANCELLED, COMPLETE, CompareRequest, CompareRun, load_run, save_run
 from app.compare.summary import delta_line, verdict
 from app.engine.errors import SpeculaError
 from app.ui.compare_charts import CompareCharts
+from app.ui.compare_choice import FastestRow
 from app.ui.compare_setup import CompareSetup
 from app.ui.compare_table import CompareTable
 from app.ui.library import LibraryEntry
@@ -44,6 +48,8 @@ def runs_dir() -> Path:
 
 
 class CompareWindow(QMainWindow):
+    useInChat = Signal(object)  # app.compare.fastest.Fastest: the main window applies it to the chat
+
     def __init__(self, entries: list[LibraryEntry] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Window)
         self.setWindowTitle("Compare drafts — Specula")
@@ -80,6 +86,8 @@ class CompareWindow(QMainWindow):
         font.setBold(True)
         self.verdict_label.setFont(font)
         self.facts_label = small_muted_label("")
+        self.fastest_row = FastestRow()
+        self.fastest_row.useRequested.connect(self.useInChat)
         self.open_button = _button("Open…", "Open an earlier comparison", self.open_dialog)
         self.compare_button = _button("Compare with…", "Show the change from an earlier comparison", self.compare_dialog)
         self.csv_button = _button("Export CSV…", "The table as CSV", lambda: self.export_dialog("csv"))
@@ -103,6 +111,7 @@ class CompareWindow(QMainWindow):
         results_layout = QVBoxLayout(results)
         results_layout.setContentsMargins(6, 0, 0, 0)
         results_layout.addWidget(self.verdict_label)
+        results_layout.addWidget(self.fastest_row)
         results_layout.addWidget(self.facts_label)
         results_layout.addLayout(actions)
         results_layout.addWidget(results_split, 1)
@@ -206,6 +215,7 @@ class CompareWindow(QMainWindow):
         for button in (self.csv_button, self.json_button, self.png_button, self.compare_button):
             button.setEnabled(has_run and not self.running)
         self.open_button.setEnabled(not self.running)
+        self.fastest_row.set_choice(fastest(self.run), ready=not self.running)
 
     # --- files -----------------------------------------------------------------------------
 

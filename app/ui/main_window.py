@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.compare.fastest import Fastest
 from app.history import HistoryStore
 from app.ui.charts import LiveCharts
 from app.ui.chat_controller import ChatController
 from app.ui.chat_list import ChatList
 from app.ui.chat_panel import ChatPanel
+from app.ui.compare_choice import applied_text
 from app.ui.discover import DiscoverPanel
 from app.ui.empty_state import EmptyStateController
 from app.ui.gen_form import GenSettingsForm
@@ -61,6 +64,7 @@ class MainWindow(QMainWindow):
         self.thread_stuck = False
         self._loading_spec: PairSpec | None = None
         self._restored_pair = False
+        self._pending_choice: Fastest | None = None  # a comparison's fastest, waiting for the library
         self._closed = False
 
         self._build()
@@ -252,6 +256,9 @@ class MainWindow(QMainWindow):
         if not self._restored_pair:
             self._restored_pair = True
             self._restore_pair()
+        if self._pending_choice is not None:
+            choice, self._pending_choice = self._pending_choice, None
+            self._apply_choice(choice)
 
     def _on_downloaded(self, path: str) -> None:
         self.library.rescan()  # Discover downloads into the HF cache, which the library scans
@@ -315,10 +322,42 @@ class MainWindow(QMainWindow):
         if getattr(self, "compare_window", None) is None:
             self.compare_window = CompareWindow(self.library.entries(), self)
             self.library.entriesChanged.connect(self.compare_window.set_entries)
+            self.compare_window.useInChat.connect(self.use_compare_choice)
         self.compare_window.select_main(self.loaded_main_path() or self.picker.main_path())
         self.compare_window.show()
         self.compare_window.raise_()
         self.compare_window.activateWindow()
+
+    def use_compare_choice(self, choice: Fastest) -> None:
+        """The Compare view's "Use in chat": its fastest configuration into the pair picker and the
+        draft settings. A file the library lacks (a hub draft the comparison downloaded) is added
+        to it first, and the choice applied once it has been read."""
+        known = {e.path for e in self.library.entries()}
+        missing = [p for p in (choice.main_path, choice.draft_path) if p and p not in known]
+        gone = [p for p in missing if not Path(p).is_file()]
+        if gone:
+            self.show_message(f"cannot use it in the chat: {gone[0]} is no longer there")
+        elif missing:
+            self._pending_choice = choice
+            self.library.add_files(missing)
+            self.show_message(f"adding {', '.join(Path(p).name for p in missing)} to the library…")
+        else:
+            self._apply_choice(choice)
+
+    def _apply_choice(self, choice: Fastest) -> None:
+        problem = self.picker.apply(choice.main_path, choice.drafter, choice.draft_path)
+        if problem is not None:
+            self.show_message(f"cannot use the comparison's fastest in the chat: {problem}")
+            return
+        if choice.pays_off:
+            self.gen_form.set_settings(replace(
+                self.gen_form.settings(), draft_max=choice.draft_max, draft_min=choice.draft_min,
+                draft_p_min=choice.draft_p_min, adaptive_draft=choice.adaptive))
+        self.models_tabs.setCurrentIndex(0)  # the Model tab: the picker beside the chat
+        self.raise_()
+        self.activateWindow()
+        self.show_message(applied_text(choice, self._title(choice.main_path, None) or Path(choice.main_path).stem,
+                                       self._title(choice.draft_path, None)))
 
     def save_chart(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save chart", "specula-chart.png", "PNG images (*.png)")

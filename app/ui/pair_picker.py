@@ -9,6 +9,7 @@ list, greyed, with the reason.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -172,6 +173,18 @@ class PairPicker(QWidget):
                     self.draft_combo.setCurrentIndex(row)
                     return True
         return False
+
+    def apply(self, main_path: str, drafter: str, draft_path: str | None = None) -> str | None:
+        """Select a pair chosen elsewhere (the Compare view's fastest): None when it is selected,
+        else why not, in one line. Nothing is loaded: that stays the user's Load."""
+        if not self.select_main(main_path):
+            return f"{Path(main_path).name} is not a usable main model in the library"
+        if self.select_draft(drafter, draft_path):
+            return None
+        rows = [self.draft_combo.model().item(r) for r in range(self.draft_combo.count())]
+        item = next((i for i in rows if i.data(PATH_ROLE) == draft_path and draft_path), None)
+        reason = item.toolTip() if item is not None else "it is not in the library"
+        return f"{Path(draft_path or drafter).name} cannot be the chat's draft: {reason}"
 
     def draft_items(self) -> list[tuple[str, bool, str]]:
         """(text, enabled, tooltip) of each draft choice: what the user sees in the list."""

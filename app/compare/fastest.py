@@ -1,0 +1,97 @@
+"""From comparison to choice: the fastest configuration of a run, as plain data the chat's pair
+picker can take, and as the `specula run` flags that reproduce it. Plain Python (no torch, no Qt).
+
+The fastest is the configuration with the best overall speedup over "none" (the baseline, which
+wins ties: a drafter that only matches plain decoding is not worth its memory).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from app.compare.results import MODEL, NONE, CompareRun, ConfigSpec, RunSettings
+from app.compare.summary import ALL, table_rows, times
+
+DEFAULTS = RunSettings()  # `specula run`'s draft defaults are the same (app.cli.add_model_flags)
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """The winning configuration: what to load in the chat and how to draft."""
+
+    config: str  # its name in the run: "none", "lookup k=8", "SmolLM2 360M"
+    main_path: str
+    drafter: str  # NONE, LOOKUP or MODEL
+    draft_path: str | None
+    draft_max: int
+    adaptive: bool
+    draft_min: int
+    draft_p_min: float
+    speedup: float  # over "none", overall
+
+    @property
+    def pays_off(self) -> bool:
+        return self.drafter != NONE
+
+    def describe(self) -> str:
+        """'lookup k=8, 2.3x the speed of none', or that plain decoding won."""
+        if not self.pays_off:
+            return "none: no drafter beat plain decoding"
+        return f"{self.config}, {times(self.speedup)} the speed of none"
+
+
+def fastest(run: CompareRun | None) -> Fastest | None:
+    """The fastest configuration overall; None while there is no baseline to measure against."""
+    if run is None:
+        return None
+    speedups = _overall_speedups(run)
+    if NONE not in speedups:
+        return None
+    ranked = [c for c in run.configs if c.name in speedups]
+    best = max(ranked, key=lambda c: speedups[c.name])  # "none" comes first, so it wins a tie
+    return _fastest(run, best, speedups[best.name])
+
+
+def _overall_speedups(run: CompareRun) -> dict[str, float]:
+    """config -> its speedup over every prompt (the one category's, if there is only one)."""
+    rows = [r for r in table_rows(run) if r.speedup is not None]
+    wanted = ALL if any(r.category == ALL for r in rows) else (run.categories() or [ALL])[0]
+    return {r.config: r.speedup for r in rows if r.category == wanted}
+
+
+def _fastest(run: CompareRun, config: ConfigSpec, speedup: float) -> Fastest:
+    s = run.settings
+    return Fastest(config.name, run.main.path, config.drafter, config.draft_path if config.drafter == MODEL else None,
+                   config.draft_max, config.adaptive, s.draft_min, s.draft_p_min, speedup)
+
+
+def run_flags(choice: Fastest) -> list[str]:
+    """The `specula run` flags for the choice (unquoted). Every flag's spelling is here, and only
+    here: llama.cpp's newer names (--spec-type, --spec-draft-n-max, ...) are a change of this one."""
+    flags = ["-m", choice.main_path]
+    if choice.drafter == NONE:
+        return flags
+    flags += ["-md", choice.draft_path or ""] if choice.drafter == MODEL else ["--lookup"]
+    flags += ["--draft-max", str(choice.draft_max)]
+    if not choice.adaptive:
+        flags.append("--draft-fixed")
+    if choice.draft_min != DEFAULTS.draft_min:
+        flags += ["--draft-min", str(choice.draft_min)]
+    if choice.draft_p_min != DEFAULTS.draft_p_min:
+        flags += ["--draft-p-min", f"{choice.draft_p_min:g}"]
+    return flags
+
+
+def run_command(choice: Fastest) -> str:
+    """'specula run -m MAIN --lookup --draft-max 8', each argument shell-quoted (add -p or -f)."""
+    return shlex.join(["specula", "run", *run_flags(choice)])
+
+
+def reproduce_line(run: CompareRun) -> str | None:
+    """The command line's last line: which configuration won and how to run it again."""
+    choice = fastest(run)
+    if choice is None:
+        return None
+    return f"reproduce the fastest ({choice.describe()}): {run_command(choice)}"
+

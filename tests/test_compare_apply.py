@@ -1,0 +1,109 @@
+"""From comparison to choice, in the window: a real comparison on tiny models (offscreen Qt, the
+real engine on the comparison's worker thread), then "Use in chat" puts its fastest configuration
+into the main window's pair picker and draft settings.
+
+Set SPECULA_SHOTS=/some/folder to save more screenshots; /tmp/compare_apply.png is always written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.compare.fastest import fastest
+from app.compare.results import MODEL, NONE
+from app.ui.compare_choice import USE_TEXT
+from tests.test_compare_view import WAIT_MS, set_up, wait_done
+from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+
+SCREENSHOT = "/tmp/compare_apply.png"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """See tests/test_compare.py: tiny models on a loaded two-core machine run far faster on one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def compared(qtbot, tiny_paths):
+    """The main window with two tiny models, its Compare window after a finished real run."""
+    main_window = open_window(qtbot)
+    add_models(qtbot, main_window, [tiny_paths["llama-f32"], tiny_paths["llama-other"]])
+    main_window.open_compare()
+    window = main_window.compare_window
+    set_up(window, tiny_paths)
+    window.setup.sweep.setChecked(True)
+    window.setup.sweep_lengths.setText("4")
+    qtbot.mouseClick(window.setup.run_button, Qt.MouseButton.LeftButton)
+    assert not window.fastest_row.button.isEnabled()  # not while it runs
+    wait_done(qtbot, window)
+    return main_window, window
+
+
+def use_in_chat(qtbot, window) -> None:
+    assert window.fastest_row.isVisible() and window.fastest_row.button.text() == USE_TEXT
+    assert window.fastest_row.button.isEnabled()
+    qtbot.mouseClick(window.fastest_row.button, Qt.MouseButton.LeftButton)
+
+
+def slowed(run, configs: set[str], factor: float = 50.0):
+    """The run with these configurations' decoding times multiplied (the same tokens)."""
+    return replace(run, results=tuple(replace(r, decode_s=r.decode_s * factor) if r.config in configs else r
+                                      for r in run.results))
+
+
+def test_use_in_chat_applies_the_fastest_to_the_pair_picker(qtbot, data_dir, tiny_paths):
+    main_window, window = compared(qtbot, tiny_paths)
+    choice = fastest(window.run)
+    assert choice is not None and window.fastest_row.label.text() == f"Fastest: {choice.describe()}"
+    assert "specula run -m " in window.fastest_row.label.toolTip()
+    main_window.models_tabs.setCurrentIndex(1)  # the Library tab: the button brings the picker back
+    use_in_chat(qtbot, window)
+
+    picker, settings = main_window.picker, main_window.gen_form.settings()
+    assert picker.main_path() == str(tiny_paths["llama-f32"]) == choice.main_path
+    assert picker.draft_choice() == (choice.drafter, choice.draft_path)
+    if choice.pays_off:
+        assert (settings.draft_max, settings.adaptive_draft) == (4, False)
+    assert main_window.models_tabs.currentIndex() == 0
+    status = main_window.statusBar().currentMessage()
+    assert status.startswith("From the comparison") and "press Load" in status
+    main_window.grab().save(SCREENSHOT)
+    shot(window, "compare-apply-view")
+
+
+def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data_dir, tiny_paths, tmp_path):
+    main_window, window = compared(qtbot, tiny_paths)
+    run = window.run
+    drafters = {c.name for c in run.configs if c.drafter != NONE}
+    window.set_run(slowed(run, drafters))  # every drafter slower than plain decoding
+    assert fastest(window.run).drafter == NONE
+    assert "no drafter beat plain decoding" in window.fastest_row.label.text()
+    use_in_chat(qtbot, window)
+    assert main_window.picker.draft_choice() == (NONE, None)
+    assert "speculation did not pay off" in main_window.statusBar().currentMessage()
+
+    # A draft the library does not list (as a hub file the comparison downloaded): added, then applied.
+    other = shutil.copy(tiny_paths["llama-other"], tmp_path / "downloaded-draft.gguf")
+    model = next(c for c in run.configs if c.drafter == MODEL)
+    configs = tuple(replace(c, draft_path=str(other)) if c == model else c for c in run.configs)
+    window.set_run(slowed(replace(run, configs=configs), ({NONE} | drafters) - {model.name}))
+    assert fastest(window.run).draft_path == str(other)
+    use_in_chat(qtbot, window)
+    qtbot.waitUntil(lambda: main_window.picker.draft_choice() == (MODEL, str(other)), timeout=WAIT_MS)
+    assert str(other) in {e.path for e in main_window.library.entries()}
+    assert "draft max 4 (fixed)" in main_window.statusBar().currentMessage()
+
+    gone = replace(window.run, configs=tuple(replace(c, draft_path=str(tmp_path / "gone.gguf"))
+                                             if c.drafter == MODEL else c for c in window.run.configs))
+    window.set_run(gone)
+    use_in_chat(qtbot, window)
+    assert "gone.gguf is no longer there" in main_window.statusBar().currentMessage()
