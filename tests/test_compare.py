@@ -362,3 +362,11 @@ def test_cli_ctrl_c_stops_after_the_step_and_keeps_the_results(tiny_paths, tmp_p
     run = load_run(out)
     assert run.status == CANCELLED and 1 <= len(run.results) < 4
     assert "# run cancelled" in stdout and any(line.startswith("verdict: ") for line in stdout.splitlines())
+
+
+def test_a_draft_with_another_vocabulary_is_compared_through_text(tiny_paths, tiny_loaded):
+    """The Compare runner takes a text-level draft like any other: identical replies, counters."""
+    run = compare(tiny_paths, tiny_loaded, [DraftChoice(MODEL, str(tiny_paths["llama-b"]), "other vocabulary")])
+    drafted = [r for r in run.results if r.config not in (NONE,)]
+    assert drafted and all(r.identical for r in drafted)
+    assert sum(r.n_drafted for r in drafted) > 0

@@ -243,3 +243,13 @@ def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, ti
     qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=120_000)
     assert "int4" not in window.loaded_facts["main_plan"]
     shot(window, "int4-unchecked-loaded")
+
+
+def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, data_dir, tiny_paths):
+    window = open_window(qtbot)
+    add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-b"]])
+    facts = load_pair(qtbot, window, tiny_paths["llama-f32"], MODEL, tiny_paths["llama-b"])
+    assert facts["draft_text_level"] and "(text-level)" in window.pair_label.text()
+    summary = send(qtbot, window, "The quick brown fox")
+    assert summary["n_drafted"] > 0
+    shot(window, "text-level-chat")

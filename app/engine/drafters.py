@@ -29,6 +29,7 @@ class Drafter:
     """The interface. `name` is what reports and charts call it."""
 
     name = "none"
+    text_level = False  # True for a draft model with another vocabulary, drafting through text
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         raise NotImplementedError

@@ -219,6 +219,8 @@ def main_tokens_for(codec: Codec, tail_ids: Sequence[int], tail_text: str, draft
 class TextDrafter(Drafter):
     """A draft model with another tokenizer drafts through text (see the module's docstring)."""
 
+    text_level = True
+
     def __init__(self, draft: KVModel, draft_tokenizer, main_tokenizer, main_vocab_size: int,
                  name: str = "draft") -> None:
         self.draft = draft

@@ -231,6 +231,8 @@ class MainWindow(QMainWindow):
         self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
         self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
         drafter = {"lookup": "prompt lookup", "none": "no draft"}.get(facts["drafter"], facts.get("draft_name"))
+        if facts.get("draft_text_level"):
+            drafter = f"{drafter} (text-level)"
         self.pair_label.setText(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")
         self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
         if spec is not None:

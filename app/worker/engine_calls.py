@@ -92,6 +92,7 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "draft_plan": draft.plan.describe() if draft is not None else None,
         "drafter": pair.spec.drafter,
         "drafter_name": pair.drafter.name,
+        "draft_text_level": pair.drafter.text_level,
         "load_s": load_s,
         "memory_bytes": memory,
         "n_ctx": pair.kv.n_ctx,
