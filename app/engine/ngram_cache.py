@@ -66,6 +66,7 @@ class NgramCache:
         self._table: OrderedDict[tuple[int, ...], list[int]] = OrderedDict()
         self._lock = threading.Lock()  # the window's chat and its server may share one cache
         self.dirty = False
+        self._last: list[int] = []  # the context learned last (learn_new)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -83,6 +84,19 @@ class NgramCache:
             while len(self._table) > self.max_keys:
                 self._table.popitem(last=False)
             self.dirty = self.dirty or len(ids) > start
+
+    def learn_new(self, context: Sequence[int]) -> None:
+        """Learn a finished generation's context. A chat's next prompt repeats the conversation
+        so far: only n-grams followed by a token past the prefix shared with the context learned
+        last are counted, or earlier turns would be counted once per turn."""
+        ids = list(context)
+        shared = 0
+        for a, b in zip(self._last, ids):
+            if a != b:
+                break
+            shared += 1
+        self.learn(ids, start=shared)
+        self._last = ids
 
     def _add(self, key: tuple[int, ...], follower: int) -> None:
         entry = self._table.pop(key, None) or [0]

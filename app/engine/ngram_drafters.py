@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from app.engine.drafters import Draft, Drafter
-from app.engine.kvmodel import common_prefix_length
 from app.engine.ngram_cache import NgramCache
 from app.engine.sampling import SamplingParams
 
@@ -28,7 +27,6 @@ class NgramCacheDrafter(Drafter):
 
     def __init__(self, cache: NgramCache) -> None:
         self.cache = cache
-        self._learned: list[int] = []  # the context learned last: the next turn starts with it
 
     def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
         if max_tokens <= 0:
@@ -39,11 +37,7 @@ class NgramCacheDrafter(Drafter):
         return Draft(self.match(context, max_tokens)[1])
 
     def finish(self, context: Sequence[int]) -> None:
-        # A chat's next prompt repeats the conversation so far: learn only the n-grams followed
-        # by a new token, or earlier turns would be counted once per turn.
-        ids = list(context)
-        self.cache.learn(ids, start=common_prefix_length(self._learned, ids))
-        self._learned = ids
+        self.cache.learn_new(context)
 
 
 class CombinedDrafter(Drafter):
@@ -82,3 +76,11 @@ class CombinedDrafter(Drafter):
 
     def _all(self) -> list[Drafter]:
         return self.matchers + ([self.fallback] if self.fallback else [])
+
+
+def learned_cache(drafter: Drafter) -> NgramCache | None:
+    """The NgramCache a drafter (or a combination) learns into, if any: what to save."""
+    for part in [drafter, *getattr(drafter, "matchers", [])]:
+        if isinstance(part, NgramCacheDrafter):
+            return part.cache
+    return None
