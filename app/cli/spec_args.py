@@ -104,5 +104,7 @@ def spec_choice(args: argparse.Namespace) -> SpecChoice:
     mod = tuple(getattr(args, f"spec_ngram_mod_{k}", d) for k, d in zip(("n_match", "n_min", "n_max"), MOD_DEFAULTS))
     if "ngram-mod" in types and (mod[0] < 1 or mod[1] < 0 or mod[2] < 1):
         raise UsageError("--spec-ngram-mod-n-match and -n-max must be at least 1, -n-min at least 0")
-    kinds = [ENGINE_KIND[t] for t in types if t in ENGINE_KIND]
-    return SpecChoice("+".join(kinds) or "none", draft_model, cache_file, mod)  # type: ignore[arg-type]
+    kinds = {ENGINE_KIND[t] for t in types if t in ENGINE_KIND}
+    # In the engine's tie order (app.engine.pair.NGRAM_KINDS), whatever order they were given in.
+    ngram = "+".join(k for k in ("ngram-mod", "lookup", "ngram-cache") if k in kinds) or "none"
+    return SpecChoice(ngram, draft_model, cache_file, mod)  # type: ignore[arg-type]
