@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.register(sub)
     bench_args.register(sub)
     bench_args.register_gpu(sub)
+    bench_args.register_ngram(sub)
     compare.register(sub)
     hub.register(sub)
     sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())

@@ -12,7 +12,7 @@ from app.engine.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDr
 from app.engine.errors import IncompatibleDraftError
 from app.engine.gguf_info import GGUFInfo, read_gguf_info
 from app.engine.loader import LoadedModel, load_model
-from app.engine.ngram_cache import NgramCache, vocab_key
+from app.engine.ngram_cache import N_MAX, NgramCache, vocab_key
 from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.text_drafter import TextDrafter
 
@@ -88,7 +88,11 @@ def make_drafter(
     with `draft` (a loaded draft model) the n-gram drafters go first and the model drafts when
     none of them matches. "ngram-cache" uses `cache` (an in-memory one when None)."""
     model = _model_drafter(main, draft, draft_ctx) if draft is not None else None
-    parts = [_ngram_drafter(main, part, cache, mod) for part in kind_parts(kind)]
+    kinds = kind_parts(kind)
+    # Combined, lookup matches up to the cache's longest n-gram, so that "longest match first"
+    # compares like with like (else the cache's 4-grams would always beat lookup's 3-grams).
+    lookup_max = N_MAX if NGRAM_CACHE in kinds else 3
+    parts = [_ngram_drafter(main, part, cache, mod, lookup_max) for part in kinds]
     if not parts:
         return model or NoDrafter()
     if len(parts) == 1 and model is None:
@@ -104,9 +108,10 @@ def _model_drafter(main: LoadedModel, draft: LoadedModel, draft_ctx: int | None)
     return ModelDrafter(draft.kv_model(draft_ctx), vocab, name=draft.path.stem)
 
 
-def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None, mod: ModParams) -> Drafter:
+def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None, mod: ModParams,
+                   lookup_max: int = 3) -> Drafter:
     if part == LOOKUP:
-        return PromptLookupDrafter()
+        return PromptLookupDrafter(ngram_max=lookup_max)
     if part == NGRAM_MOD:
         return PromptLookupDrafter(mod.n_match, mod.n_match, mod.n_min, mod.n_max, name=NGRAM_MOD)
     return NgramCacheDrafter(cache if cache is not None else open_cache(main, None))

@@ -41,9 +41,7 @@ class LoadedPair:
         cache stays in memory and is written after the next reply)."""
         if self.ngram_cache is None or not self.ngram_cache.dirty or not self.spec.ngram_dir:
             return
-        from app.engine.pair import main_vocab_key
-
-        path = f"{self.spec.ngram_dir}/{main_vocab_key(self.main)}.ngc"
+        path = f"{self.spec.ngram_dir}/{self.ngram_cache.key}.ngc"  # the file open_cache read
         try:
             self.ngram_cache.save(path)
         except OSError as exc:
