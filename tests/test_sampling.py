@@ -8,6 +8,8 @@ import torch
 from app.engine.drafters import ModelDrafter, PromptLookupDrafter
 from app.engine.errors import SpeculaError
 from app.engine.events import DoneEvent
+from app.engine.ngram_cache import NgramCache
+from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.sampling import (
     RowProbs,
     SamplingParams,
@@ -170,7 +172,17 @@ def second_token_counts(main, prompt_ids, make_drafter, accept_rule=speculative_
     return counts
 
 
-@pytest.mark.parametrize("drafter_kind", ["model", "lookup"])
+def warmed_cache(prompt: list[int], vocab_size: int) -> NgramCache:
+    """A cache that has seen the prompt's last two tokens followed by every token t, then by a
+    random token of its own: whatever is sampled first, the verify step has a draft to judge."""
+    cache = NgramCache()
+    followers = torch.randint(0, vocab_size, (vocab_size,), generator=torch.Generator().manual_seed(1)).tolist()
+    for t in range(vocab_size):
+        cache.learn([*prompt[-2:], t, followers[t]])
+    return cache
+
+
+@pytest.mark.parametrize("drafter_kind", ["model", "lookup", "ngram-cache", "lookup+ngram-cache"])
 def test_speculative_sampling_matches_main_distribution(tiny_loaded, drafter_kind):
     main = tiny_loaded("llama-f32")
     draft = tiny_loaded("llama-other")  # a very different model: q far from p
@@ -179,10 +191,16 @@ def test_speculative_sampling_matches_main_distribution(tiny_loaded, drafter_kin
     order = torch.randperm(550, generator=torch.Generator().manual_seed(0)).tolist()
     prompt = order + main.tokenizer.encode(" the model and the")
     exact = exact_second_token(main.model, prompt)
+    vocab = main.kv_model().vocab_size
     if drafter_kind == "model":
-        make = lambda: ModelDrafter(draft.kv_model(), main.kv_model().vocab_size)  # noqa: E731
-    else:
+        make = lambda: ModelDrafter(draft.kv_model(), vocab)  # noqa: E731
+    elif drafter_kind == "lookup":
         make = lambda: PromptLookupDrafter(ngram_min=1)  # noqa: E731
+    elif drafter_kind == "ngram-cache":
+        make = lambda: NgramCacheDrafter(warmed_cache(prompt, vocab))  # noqa: E731
+    else:
+        # The cache's 3-gram beats lookup's 1-gram: both sources take turns with the model's.
+        make = lambda: CombinedDrafter([PromptLookupDrafter(ngram_min=1), NgramCacheDrafter(warmed_cache(prompt, vocab))])  # noqa: E731
     good = second_token_counts(main, prompt, make)
     assert chi2_pvalue(good, exact) > 1e-3
     broken = second_token_counts(main, prompt, make, accept_rule=always_accept)

@@ -7,6 +7,8 @@ import torch
 
 from app.engine.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from app.engine.events import DoneEvent, Origin, StepEvent, StopReason
+from app.engine.ngram_cache import NgramCache
+from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import DecodeSettings, generate
 
@@ -76,6 +78,30 @@ def test_greedy_identity_for_every_drafter(tiny_loaded, main_name, same, other, 
                              max_new_tokens=32, draft_max=draft_max, draft_p_min=0.0)
             assert summary.tokens == baseline.tokens, (kind, prompt)
             assert summary.text == baseline.text
+
+
+@pytest.mark.parametrize("main_name", ["llama-f32", "qwen2-q8"])
+@pytest.mark.parametrize("draft_max", [1, 3, 8])
+def test_greedy_identity_with_the_ngram_cache(tiny_loaded, main_name, draft_max):
+    main, other = tiny_loaded(main_name), tiny_loaded("llama-other")
+    cache = NgramCache()
+    # Warm-up: what another model says to the same prompts, right in places and wrong in others.
+    for prompt in PROMPTS:
+        ids = main.tokenizer.encode(prompt)
+        cache.learn(ids + list(run(other, ids, NoDrafter(), max_new_tokens=32)[1].tokens))
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        ids = main.tokenizer.encode(prompt)
+        _, baseline = run(main, ids, NoDrafter(), max_new_tokens=32)
+        model = ModelDrafter(other.kv_model(), main.kv_model().vocab_size, name="other")
+        # The cache alone learns this reply when it ends: the combined drafters then find it.
+        for drafter in (NgramCacheDrafter(cache), CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(cache)]),
+                        CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(cache)], model)):
+            _, summary = run(main, ids, drafter, max_new_tokens=32, draft_max=draft_max, draft_p_min=0.0)
+            assert summary.tokens == baseline.tokens, (drafter.name, prompt)
+            assert summary.text == baseline.text
+            drafted, accepted = drafted + summary.n_drafted, accepted + summary.n_accepted
+    assert accepted > 0 and drafted > accepted  # drafts both right and wrong were verified
 
 
 def test_draft_equal_to_main_is_always_accepted(tiny_loaded):

@@ -164,3 +164,22 @@ def test_builtin_pair_drafts_through_text_with_greedy_identity(demo_path, main_k
     _, summary = run(main, ids, drafter, max_new_tokens=32, draft_max=6, draft_p_min=0.0)
     assert summary.tokens == baseline.tokens and summary.text == baseline.text
     assert summary.n_drafted > 0
+
+
+def test_the_server_makes_a_fresh_text_drafter_per_request(tiny_loaded):
+    """serve -md with another vocabulary: each request gets its own text state over the shared
+    draft cache, and every one of them keeps plain decoding's output."""
+    from app.server.model import drafter_factory
+
+    main, draft = tiny_loaded("llama-f32"), tiny_loaded("llama-b")
+    prototype = make_drafter(main, draft=draft)
+    new_drafter = drafter_factory(prototype)
+    first, second = new_drafter(), new_drafter()
+    assert isinstance(first, TextDrafter) and first is not second and first.main_text is not second.main_text
+    assert first.draft is prototype.draft and first.name == prototype.name
+    for prompt in TEXTS[:2]:
+        ids = main.tokenizer.encode(prompt)
+        _, baseline = run(main, ids, NoDrafter(), max_new_tokens=20)
+        for drafter in (first, second):
+            _, summary = run(main, ids, drafter, max_new_tokens=20, draft_max=4, draft_p_min=0.0)
+            assert summary.tokens == baseline.tokens

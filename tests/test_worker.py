@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.worker.host import HostThread
-from app.worker.requests import LOOKUP, MODEL, NONE, ChatRequest, GenSettings, PairSpec
+from app.worker.requests import LOOKUP, LOOKUP_CACHE, MODEL, NONE, ChatRequest, GenSettings, PairSpec
 
 WAIT_MS = 120_000
 GREEDY = GenSettings(temperature=0.0, max_tokens=40)
@@ -236,3 +236,29 @@ def test_the_pair_spec_chooses_int4_or_dequantized_weights(qtbot, host, tiny_pat
     assert packed["main_plan"].endswith("int4 weights")
     plain = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16", int4=False))
     assert plain["main_plan"] == "CPU, bfloat16"
+
+
+def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qtbot, tiny_paths, tmp_path):
+    folder = tmp_path / "ngram-cache"
+    spec = PairSpec(str(tiny_paths["llama-f32"]), LOOKUP_CACHE, dtype="float32", ngram_dir=str(folder))
+    request = ChatRequest((), "Tell me about foxes.", "", GREEDY)
+    first = HostThread()
+    try:
+        facts = load(qtbot, first.host, spec)
+        assert facts["drafter_name"] == "lookup+ngram-cache" and facts["ngram_entries"] == 0
+        plain, error, _ = generate(qtbot, first.host, request)
+        assert error == ""
+        qtbot.waitUntil(lambda: any(folder.glob("*.ngc")), timeout=WAIT_MS)  # saved after the reply
+    finally:
+        assert first.stop(30)
+    # A new host (as after a restart) finds what the first learned: the same question's reply
+    # is now drafted from the cache, and is the same reply.
+    second = HostThread()
+    try:
+        facts = load(qtbot, second.host, spec)
+        assert facts["ngram_entries"] > 0
+        again, error, _ = generate(qtbot, second.host, request)
+        assert error == "" and again["text"] == plain["text"]
+        assert again["n_accepted"] > plain["n_accepted"]
+    finally:
+        assert second.stop(30)

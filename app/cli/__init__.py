@@ -31,15 +31,9 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: on a GPU bf16 or f16; on the CPU the plan measured fastest here, see `specula calibrate`)")
     parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
     if draft:
-        group = parser.add_mutually_exclusive_group()
-        group.add_argument("-md", "--model-draft", help="draft model: a GGUF file; the main model's vocabulary drafts token by token, another vocabulary through text (re-tokenized, each step costs more)")
-        group.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model")
-        parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")
-        parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="layers of the draft model on the GPU")
-        parser.add_argument("--draft-max", "--draft", type=int, default=16, help="most tokens drafted per step (default 16)")
-        parser.add_argument("--draft-min", type=int, default=0, help="draft nothing when fewer than this would be drafted (default 0)")
-        parser.add_argument("--draft-p-min", type=float, default=0.75, help="stop drafting when the draft's top probability is below this (default 0.75)")
-        parser.add_argument("--draft-fixed", action="store_true", help="always draft up to --draft-max, as llama.cpp does (default: adapt the length to the measured acceptance and cost, --draft-max as the ceiling)")
+        from app.cli.spec_args import add_spec_flags
+
+        add_spec_flags(parser)
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_predict: int = 256,
@@ -65,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.register(sub)
     bench_args.register(sub)
     bench_args.register_gpu(sub)
+    bench_args.register_ngram(sub)
     compare.register(sub)
     hub.register(sub)
     sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())

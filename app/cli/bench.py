@@ -18,6 +18,7 @@ import torch
 
 from app.cli.bench_args import PROMPTS
 from app.cli.run import load_drafter, load_main
+from app.cli.spec_args import spec_choice
 from app.engine.chat import render_prompt
 from app.engine.events import DoneEvent
 from app.engine.loader import LoadedModel
@@ -78,10 +79,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     drafters = {NONE: make_drafter(main, NONE), LOOKUP: make_drafter(main, LOOKUP)}
     draft_model = None
-    if args.model_draft:
-        drafter = load_drafter(args, main)
+    if spec_choice(args).ngram not in (NONE, LOOKUP) or args.model_draft:
+        drafter = load_drafter(args, main)  # the -md model and/or --spec-type's combination
         drafters[drafter.name] = drafter
-        draft_model = drafter.draft.model
+        model_part = getattr(drafter, "fallback", None) or drafter
+        draft_model = model_part.draft.model if hasattr(model_part, "draft") else None
     # (row suffix, main model, its drafters): with --plans (or --both-weights), the same file once
     # more in each plan asked for, so that the plans are measured side by side in one run.
     forms = [("", main, drafters)]

@@ -32,6 +32,22 @@ def register(sub) -> None:
     bench.set_defaults(func=_run_bench)
 
 
+def _run_bench_ngram(args: argparse.Namespace) -> int:
+    from app.cli.bench_ngram import cmd_bench_ngram
+
+    return cmd_bench_ngram(args)
+
+
+def register_ngram(sub) -> None:
+    """`specula bench-ngram`: acceptance of the learned n-gram cache after a short history."""
+    ngram = sub.add_parser("bench-ngram", help="acceptance of the n-gram cache after a short chat history, vs lookup and no draft")
+    add_model_flags(ngram, draft=False)
+    ngram.set_defaults(lookup=True)  # the CPU plan is chosen for n-gram drafting (app.engine.cpu.plan)
+    ngram.add_argument("-n", "--n-predict", type=int, default=96, help="tokens per reply (default 96)")
+    ngram.add_argument("--history", type=int, default=6, help="warm-up exchanges generated before measuring (default 6)")
+    ngram.set_defaults(func=_run_bench_ngram)
+
+
 def _run_bench_gpu(args: argparse.Namespace) -> int:
     from app.cli.bench_gpu import cmd_bench_gpu
 

@@ -1,6 +1,6 @@
 """`specula compare`: one main model, several drafters, one prompt set, side by side, headless.
 
-    specula compare -m MAIN --drafts none,lookup,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
+    specula compare -m MAIN --drafts none,lookup,ngram-cache,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
                     [--draft-max 4,8,16] [--json OUT] [--csv OUT] [--png OUT]
 
 A progress bar goes to stderr; the table, the verdict and the `specula run` command that reproduces
@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 
 from app.cli import add_model_flags, add_sampling_flags
+from app.cli.spec_args import ENGINE_KIND, UsageError, spec_types
 from app.compare.choices import parse_drafts, parse_lengths, resolve_draft
 from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
-from app.compare.results import COMPLETE, CompareRequest, Progress, RunSettings
+from app.compare.results import COMPLETE, NGRAM_PARTS, CompareRequest, Progress, RunSettings
 from app.hub.builtin import resolve_model_arg
 
 
@@ -33,18 +34,26 @@ def register(sub) -> None:
     parser = sub.add_parser("compare", help="compare drafters side by side on a prompt set (table, JSON, CSV, PNG)")
     add_model_flags(parser, draft=False)
     parser.add_argument("--drafts", default="none,lookup", metavar="LIST",
-                        help="comma-separated: none (always run, the baseline), lookup, GGUF files, built-in "
-                             "models, or owner/repo/file.gguf from Hugging Face (default none,lookup)")
+                        help="comma-separated: none (always run, the baseline), lookup, ngram-cache, ngram-mod "
+                             "(n-gram kinds joined by + are one combined drafter: lookup+ngram-cache), GGUF files, "
+                             "built-in models, or owner/repo/file.gguf from Hugging Face (default none,lookup). "
+                             "An ngram-cache starts empty and learns from each of its replies in turn")
+    parser.add_argument("--spec-type", type=spec_types, default=None, metavar="TYPE[,TYPE...]",
+                        help="llama.cpp's name: add the n-gram types (ngram-simple = lookup, ngram-mod, "
+                             "ngram-cache), combined into one drafter as llama.cpp combines them, to --drafts; "
+                             "draft-simple is the -md model, compared in its own rows")
+    parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", action="append", default=[],
+                        metavar="FILE", help="add a draft model to --drafts (repeatable)")
     parser.add_argument("--prompts", default=None, metavar="builtin|CATS|FILE",
                         help=f"the built-in set (default), some of its categories ({','.join(CATEGORIES)}), "
                              "or a file: JSON lines {\"category\",\"prompt\"} or one prompt per paragraph")
     parser.add_argument("-p", "--prompt", action="append", default=[], metavar="TEXT",
                         help="your own prompt (repeatable); replaces the built-in set unless --prompts is given")
-    parser.add_argument("--draft-max", metavar="K[,K...]",
+    parser.add_argument("--spec-draft-n-max", "--draft-max", dest="draft_max", metavar="K[,K...]",
                         help="run each drafter with each of these fixed draft lengths (default: the adaptive "
-                             "length, ceiling 16)")
-    parser.add_argument("--draft-min", type=int, default=0, help="draft nothing when fewer than this would be drafted")
-    parser.add_argument("--draft-p-min", type=float, default=0.75, help="a draft model stops below this confidence")
+                             "length, ceiling 16; unlike llama.cpp, several lengths make a sweep)")
+    parser.add_argument("--spec-draft-n-min", "--draft-min", dest="draft_min", type=int, default=0, metavar="N", help="draft nothing when fewer than this would be drafted")
+    parser.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.75, metavar="P", help="a draft model stops below this confidence (default 0.75; llama.cpp's 0)")
     parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="draft layers on the GPU")
     add_sampling_flags(parser, temp=0.0, n_predict=64, n_predict_help="tokens per reply (default 64)")
     parser.set_defaults(seed=0)  # one fixed seed for every configuration (-1: a random one, still shared)
@@ -67,12 +76,21 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
         seed=seed, draft_sweep=parse_lengths(args.draft_max), draft_min=args.draft_min,
         draft_p_min=args.draft_p_min, ignore_eos=args.ignore_eos,
     )
-    drafts = tuple(resolve_draft(name, notice) for name in parse_drafts(args.drafts))
+    drafts = tuple(resolve_draft(name, notice) for name in parse_drafts(drafts_arg(args)))
     return CompareRequest(
         main_path=str(resolve_model_arg(args.model)), drafts=drafts, prompts=tuple(prompts), settings=settings,
         device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size, int4=not args.no_int4,
     )
+
+
+def drafts_arg(args: argparse.Namespace) -> str:
+    """--drafts with what --spec-type and -md add: the n-gram types as one combined drafter."""
+    types = [t for t in (args.spec_type or ()) if t not in ("none", "draft-simple")]
+    if "draft-simple" in (args.spec_type or ()) and not args.model_draft:
+        raise UsageError("--spec-type draft-simple needs a draft model (-md/--spec-draft-model FILE)")
+    combined = "+".join(kind for kind in NGRAM_PARTS if kind in {ENGINE_KIND[t] for t in types})
+    return ",".join([args.drafts, *([combined] if combined else []), *args.model_draft])
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli import add_model_flags, add_sampling_flags
+from app.cli.spec_args import spec_choice
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 
 # The engine (torch, transformers) is imported inside the commands that run a model, so that
@@ -73,10 +74,9 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
 
 
 def drafter_kind(args: argparse.Namespace) -> str:
-    """What will draft, for the measured plan's choice (app.engine.cpu.plan)."""
-    if getattr(args, "model_draft", None):
-        return "draft"
-    return "lookup" if getattr(args, "lookup", False) else "none"
+    """What will draft, for the measured plan's choice (app.engine.cpu.plan); checks the
+    drafting flags together first (one line, exit 2, before anything is loaded)."""
+    return spec_choice(args).plan_drafter
 
 
 def plan_line(model: LoadedModel) -> str:
@@ -85,15 +85,30 @@ def plan_line(model: LoadedModel) -> str:
 
 
 def load_drafter(args: argparse.Namespace, main: LoadedModel):
-    from app.engine.pair import LOOKUP, NONE, load_draft, make_drafter
+    """The drafter the flags ask for: n-gram drafters (-lcd's cache read from its file), a
+    draft model, or both combined."""
+    from app.engine.ngram_cache import NgramCache
+    from app.engine.pair import ModParams, load_draft, main_vocab_key, make_drafter
 
-    if getattr(args, "model_draft", None):
+    spec = spec_choice(args)
+    draft = None
+    if spec.draft_model:
         draft = load_draft(
-            main, resolve_model_arg(args.model_draft), device=args.device, dtype=args.dtype,
+            main, resolve_model_arg(spec.draft_model), device=args.device, dtype=args.dtype,
             n_gpu_layers=args.n_gpu_layers_draft, int4=not getattr(args, "no_int4", False),
         )
-        return make_drafter(main, draft=draft, draft_ctx=args.ctx_size_draft or args.ctx_size or None)
-    return make_drafter(main, LOOKUP if getattr(args, "lookup", False) else NONE)
+    cache = NgramCache.load(spec.cache_file, main_vocab_key(main)) if spec.cache_file else None
+    return make_drafter(main, spec.ngram, draft=draft, draft_ctx=args.ctx_size_draft or args.ctx_size or None,
+                        cache=cache, mod=ModParams(*spec.mod))
+
+
+def save_learned(args: argparse.Namespace, drafter) -> None:
+    """Write what the n-gram cache learned back to -lcd's file."""
+    from app.engine.ngram_drafters import learned_cache
+
+    cache, path = learned_cache(drafter), spec_choice(args).cache_file
+    if cache is not None and path and cache.dirty:
+        cache.save(path)
 
 
 def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[int]:
@@ -160,6 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ids = prompt_ids(args, main, text)
     kv = main.kv_model(args.ctx_size or None)
     summary = stream(generate(kv, main.tokenizer, ids, drafter, settings), args.color)
+    save_learned(args, drafter)
     print_summary(summary, settings.draft_max)
     print(plan_line(main), file=sys.stderr)
     if args.json:

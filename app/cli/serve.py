@@ -1,7 +1,7 @@
 """`specula serve`: llama-server's job, an OpenAI-compatible local server with speculative decoding.
 
-    specula serve -m MAIN [-md DRAFT | --lookup] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
-                  [--cors-origin ORIGIN ...]
+    specula serve -m MAIN [-md DRAFT] [--spec-type ngram-simple,ngram-cache [-lcd FILE]]
+                  [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cors-origin ORIGIN ...]
 
 The sampling flags (--temp 0.8, --top-k 40, ...) are the defaults of requests that do not set
 them, as in llama-server. The server (Starlette, uvicorn, torch) is imported only by the command.
@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from app.cli import add_model_flags, add_sampling_flags
-from app.cli.run import load_drafter, load_main, settings_from_args
+from app.cli.run import load_drafter, load_main, save_learned, settings_from_args
+from app.cli.spec_args import spec_choice
 from app.hub.builtin import BUILTIN_MODELS
 
 
@@ -74,16 +75,18 @@ def default_settings(args: argparse.Namespace):
 
 
 def load_served(args: argparse.Namespace, defaults):
+    """(the served model, its drafter prototype: the one whose n-gram cache -lcd saves)."""
     from app.server.model import ServedModel
 
     main = load_main(args)
     drafter = load_drafter(args, main)
     builtin = args.model if args.model in {m.key for m in BUILTIN_MODELS} else None
-    return ServedModel.create(
+    served = ServedModel.create(
         main, drafter, defaults, n_ctx=args.ctx_size or None,
         model_id=args.alias or builtin, names=[builtin] if builtin else [],
         default_max_tokens=args.n_predict if args.n_predict > 0 else None,
     )
+    return served, drafter
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -91,13 +94,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.launch import ManagedServer, bind_socket, check_bind_allowed
 
     check_args(args)
+    spec_choice(args)  # conflicting drafting flags: one line before the port is bound
     defaults = default_settings(args)
     api_key = api_key_from_args(args)
     origins = cors_origins_from_args(args)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
+    drafter = None
     try:
-        served = load_served(args, defaults)
+        served, drafter = load_served(args, defaults)
         app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue, cors_origins=origins))
 
         def ready(url: str) -> None:
@@ -112,5 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pass  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
     finally:
         sock.close()
+        if drafter is not None:
+            save_learned(args, drafter)  # what the requests taught the n-gram cache (-lcd)
     print("specula: server stopped", file=sys.stderr)
     return 0

@@ -1,6 +1,7 @@
 """The drafts a user names (`--drafts none,lookup,PATH_OR_REPO,...`) and the configurations they make.
 
-A draft is "none", "lookup", a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
+A draft is "none", "lookup", "ngram-cache", "ngram-mod" (or n-gram kinds joined by "+", one
+combined drafter: "lookup+ngram-cache"), a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
 a Hugging Face file as "owner/repo/file.gguf". A hub file is taken from the Hugging Face cache when
 it is there, and downloaded (into that cache, verified) only when it is not.
 """
@@ -11,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from app.compare.results import DEFAULT_DRAFT_MAX, LOOKUP, MODEL, NONE, ConfigSpec, DraftChoice
+from app.compare.results import DEFAULT_DRAFT_MAX, MODEL, NONE, ConfigSpec, DraftChoice, is_ngram_kind
 from app.engine.errors import SpeculaError
 from app.hub.builtin import BUILTIN_MODELS, resolve_model_arg
 
@@ -42,7 +43,7 @@ def parse_lengths(value: str | None) -> tuple[int, ...]:
 def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
     """A --drafts entry -> a DraftChoice with a local file for a model (downloading a hub file
     that is not in the cache yet; `notice` hears about it)."""
-    if name in (NONE, LOOKUP):
+    if name == NONE or is_ngram_kind(name):
         return DraftChoice(name, label=name)
     path = Path(name).expanduser()
     if path.exists() or name in {m.key for m in BUILTIN_MODELS}:
@@ -50,8 +51,8 @@ def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
         return DraftChoice(MODEL, str(local), _label(local))
     repo_file = _hub_form(name)
     if repo_file is None:
-        raise SpeculaError(f"{name}: no such file (a draft is none, lookup, a GGUF file, a built-in "
-                           "model or owner/repo/file.gguf)")
+        raise SpeculaError(f"{name}: no such file (a draft is none, lookup, ngram-cache, ngram-mod or "
+                           "several joined by +, a GGUF file, a built-in model or owner/repo/file.gguf)")
     local = _hub_file(*repo_file, notice)
     return DraftChoice(MODEL, str(local), _label(local))
 

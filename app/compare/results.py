@@ -21,6 +21,14 @@ from app.engine.errors import SpeculaError
 FORMAT = "specula-compare"
 VERSION = 1
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # drafter kinds
+# n-gram drafters, also joined by "+" into one combined drafter ("lookup+ngram-cache"): the
+# engine's kinds (app.engine.pair), named here without importing it.
+NGRAM_PARTS = ("ngram-mod", LOOKUP, "ngram-cache")
+
+
+def is_ngram_kind(kind: str) -> bool:
+    parts = kind.split("+")
+    return bool(parts) and all(p in NGRAM_PARTS for p in parts) and len(set(parts)) == len(parts)
 RUNNING, COMPLETE, CANCELLED, FAILED = "running", "complete", "cancelled", "failed"
 DEFAULT_DRAFT_MAX = 16  # the engine's default ceiling of the adaptive draft length
 
@@ -31,7 +39,8 @@ class CompareFileError(SpeculaError):
 
 @dataclass(frozen=True)
 class DraftChoice:
-    """One drafter to compare: "none", "lookup", or a draft model's GGUF file."""
+    """One drafter to compare: "none", an n-gram kind ("lookup", "ngram-cache",
+    "lookup+ngram-cache", ...), or a draft model's GGUF file."""
 
     kind: str
     path: str | None = None
@@ -47,7 +56,7 @@ class ConfigSpec:
     """A drafter with one draft-length setting: one row group of the table, one bar per category."""
 
     name: str  # unique in a run: "none", "lookup", "lookup k=8", "SmolLM2 360M k=4"
-    drafter: str  # NONE, LOOKUP or MODEL
+    drafter: str  # NONE, MODEL or an n-gram kind (is_ngram_kind)
     draft_path: str | None = None
     label: str = ""  # the drafter's name without the length (groups a sweep in the verdict)
     draft_max: int = DEFAULT_DRAFT_MAX

@@ -32,7 +32,7 @@ from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
 from app.engine.events import DoneEvent, StepEvent, StopReason
 from app.engine.gguf_info import read_gguf_info
 from app.engine.loader import LoadedModel, load_model
-from app.engine.pair import LOOKUP, check_pair, load_draft, make_drafter
+from app.engine.pair import check_pair, load_draft, make_drafter, open_cache
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import DecodeSettings, generate
 
@@ -64,6 +64,7 @@ class Runner:
         self.total = len(self.configs) * len(request.prompts)
         self.run_state: CompareRun | None = None
         self.baseline: dict[int, tuple[int, ...]] = {}
+        self._ngram_caches: dict[str, object] = {}  # config name -> its NgramCache
 
     # --- the whole run ------------------------------------------------------------------------
 
@@ -205,10 +206,14 @@ class Runner:
         return main.kv_model(self.request.ctx_size or None)
 
     def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec):
-        """A fresh drafter per reply: a draft model's cache must not carry over between prompts."""
+        """A fresh drafter per reply: a draft model's cache must not carry over between prompts.
+        An n-gram cache does, on purpose: each configuration's own, empty at the start of the
+        run, learning from each of its replies in turn (never from another configuration's)."""
         if config.drafter == MODEL:
             return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None)
-        return make_drafter(main, LOOKUP if config.drafter == LOOKUP else NONE)
+        if config.name not in self._ngram_caches:
+            self._ngram_caches[config.name] = open_cache(main, None)
+        return make_drafter(main, config.drafter, cache=self._ngram_caches[config.name])
 
     def _settings(self, main: LoadedModel, config: ConfigSpec) -> DecodeSettings:
         s = self.request.settings

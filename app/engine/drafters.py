@@ -40,6 +40,10 @@ class Drafter:
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         """Called once per generation with the settings in force."""
 
+    def finish(self, context: Sequence[int]) -> None:
+        """Called once a generation ends, with its whole context (prompt and reply): a drafter
+        that learns from conversations (app.engine.ngram_drafters) learns here."""
+
 
 class NoDrafter(Drafter):
     """Plain decoding: the baseline every speedup is measured against."""
@@ -57,13 +61,24 @@ class PromptLookupDrafter(Drafter):
 
     name = "lookup"
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, draft_min: int = 0,
+                 draft_max: int | None = None, name: str = "lookup") -> None:
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
+        # Bounds of its own (ngram-mod's n-min/n-max), inside the loop's draft budget.
+        self.draft_min = draft_min
+        self.draft_max = draft_max
+        self.name = name
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        return Draft(self.match(context, max_tokens)[1])
+
+    def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
+        """(length of the matched n-gram, the tokens that followed it); (0, ()) for none."""
+        if self.draft_max is not None:
+            max_tokens = min(max_tokens, self.draft_max)
         if max_tokens <= 0:
-            return Draft()
+            return 0, ()
         ids = list(context)
         for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
             pattern = ids[-n:]
@@ -71,9 +86,9 @@ class PromptLookupDrafter(Drafter):
             for start in range(len(ids) - n - 1, -1, -1):
                 if ids[start : start + n] == pattern:
                     follow = ids[start + n : start + n + max_tokens]
-                    if follow:
-                        return Draft(tuple(follow))
-        return Draft()
+                    if follow and len(follow) >= self.draft_min:
+                        return n, tuple(follow)
+        return 0, ()
 
 
 class ModelDrafter(Drafter):

@@ -1,9 +1,10 @@
 """A main model and its drafter, chosen the way a user chooses them: a draft GGUF file,
-prompt lookup, or none. The draft's vocabulary is checked on headers before it is loaded: the same
+prompt lookup, the learned n-gram cache, a combination of these, or none. The draft's vocabulary is checked on headers before it is loaded: the same
 vocabulary drafts token by token (ModelDrafter), another one through text (TextDrafter)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.compat import DraftCheck, check_draft
@@ -11,10 +12,49 @@ from app.engine.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDr
 from app.engine.errors import IncompatibleDraftError
 from app.engine.gguf_info import GGUFInfo, read_gguf_info
 from app.engine.loader import LoadedModel, load_model
+from app.engine.ngram_cache import N_MAX, NgramCache, vocab_key
+from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.text_drafter import TextDrafter
 
 LOOKUP = "lookup"
 NONE = "none"
+NGRAM_CACHE = "ngram-cache"
+NGRAM_MOD = "ngram-mod"
+LOOKUP_CACHE = f"{LOOKUP}+{NGRAM_CACHE}"  # the window's "prompt lookup + n-gram cache"
+NGRAM_KINDS = (NGRAM_MOD, LOOKUP, NGRAM_CACHE)  # in the order a tie between matches goes
+
+
+@dataclass(frozen=True)
+class ModParams:
+    """`--spec-ngram-mod-*`: our ngram-mod is prompt lookup on exactly the last n_match tokens,
+    drafting n_min..n_max tokens (inside the loop's own draft ceiling)."""
+
+    n_match: int = 24
+    n_min: int = 0
+    n_max: int = 64
+
+
+def kind_parts(kind: str) -> list[str]:
+    """"lookup+ngram-cache" -> ["lookup", "ngram-cache"]; ValueError for an unknown part."""
+    parts = [p for p in kind.split("+") if p and p != NONE]
+    unknown = [p for p in parts if p not in NGRAM_KINDS]
+    if unknown:
+        raise ValueError(f"unknown drafter {unknown[0]!r}")
+    return sorted(set(parts), key=NGRAM_KINDS.index)
+
+
+def main_vocab_key(main: LoadedModel) -> str:
+    """The key of the main model's vocabulary: what an n-gram cache file is named by."""
+    return vocab_key(main.info.tokens(), main.info.vocab_type)
+
+
+def open_cache(main: LoadedModel, folder: str | Path | None) -> NgramCache:
+    """The main vocabulary's n-gram cache saved in `folder` (empty when new or damaged); an
+    in-memory one without a folder."""
+    key = main_vocab_key(main)
+    if folder is None:
+        return NgramCache(key)
+    return NgramCache.load(Path(folder) / f"{key}.ngc", key)
 
 
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
@@ -41,16 +81,37 @@ def make_drafter(
     kind: str = NONE,
     draft: LoadedModel | None = None,
     draft_ctx: int | None = None,
+    cache: NgramCache | None = None,
+    mod: ModParams = ModParams(),
 ) -> Drafter:
-    """kind: "none", "lookup", or "model" (then `draft` is the loaded draft model)."""
-    if draft is not None:
-        vocab = main.kv_model(1).vocab_size
-        if check_draft(main.info, draft.info).text_level:
-            return TextDrafter(draft.kv_model(draft_ctx), draft.tokenizer, main.tokenizer, vocab,
-                               name=f"{draft.path.stem} (text-level)")
-        return ModelDrafter(draft.kv_model(draft_ctx), vocab, name=draft.path.stem)
-    if kind == LOOKUP:
-        return PromptLookupDrafter()
-    if kind == NONE:
-        return NoDrafter()
-    raise ValueError(f"unknown drafter {kind!r}")
+    """kind: "none", or n-gram drafters joined by "+" ("lookup", "ngram-cache", "ngram-mod");
+    with `draft` (a loaded draft model) the n-gram drafters go first and the model drafts when
+    none of them matches. "ngram-cache" uses `cache` (an in-memory one when None)."""
+    model = _model_drafter(main, draft, draft_ctx) if draft is not None else None
+    kinds = kind_parts(kind)
+    # Combined, lookup matches up to the cache's longest n-gram, so that "longest match first"
+    # compares like with like (else the cache's 4-grams would always beat lookup's 3-grams).
+    lookup_max = N_MAX if NGRAM_CACHE in kinds else 3
+    parts = [_ngram_drafter(main, part, cache, mod, lookup_max) for part in kinds]
+    if not parts:
+        return model or NoDrafter()
+    if len(parts) == 1 and model is None:
+        return parts[0]
+    return CombinedDrafter(parts, model)
+
+
+def _model_drafter(main: LoadedModel, draft: LoadedModel, draft_ctx: int | None) -> Drafter:
+    vocab = main.kv_model(1).vocab_size
+    if check_draft(main.info, draft.info).text_level:
+        return TextDrafter(draft.kv_model(draft_ctx), draft.tokenizer, main.tokenizer, vocab,
+                           name=f"{draft.path.stem} (text-level)")
+    return ModelDrafter(draft.kv_model(draft_ctx), vocab, name=draft.path.stem)
+
+
+def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None, mod: ModParams,
+                   lookup_max: int = 3) -> Drafter:
+    if part == LOOKUP:
+        return PromptLookupDrafter(ngram_max=lookup_max)
+    if part == NGRAM_MOD:
+        return PromptLookupDrafter(mod.n_match, mod.n_match, mod.n_min, mod.n_max, name=NGRAM_MOD)
+    return NgramCacheDrafter(cache if cache is not None else open_cache(main, None))

@@ -237,6 +237,7 @@ def generate(
         draft_s, verify_s = t1 - t0, t2 - t1
 
     t_end = time.monotonic()
+    drafter.finish(context)
     summary = RunSummary(
         text=stops.text,
         tokens=tuple(generated),

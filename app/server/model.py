@@ -21,7 +21,9 @@ from app.engine.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDr
 from app.engine.events import GenerationEvent
 from app.engine.kvmodel import KVModel
 from app.engine.loader import LoadedModel
+from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.speculative import CancelCheck, DecodeSettings, generate
+from app.engine.text_drafter import TextDrafter
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 
@@ -30,12 +32,23 @@ log = logging.getLogger(__name__)
 
 def drafter_factory(prototype: Drafter | None) -> Callable[[], Drafter]:
     """Fresh drafter state per request; a draft model's KV cache is shared (synced by prefix)."""
+    if isinstance(prototype, TextDrafter):
+        t = prototype
+        tokenizers = (t.draft_codec.tokenizer, t.main_codec.tokenizer)
+        return lambda: TextDrafter(t.draft, *tokenizers, t.main_vocab_size, name=t.name)
     if isinstance(prototype, ModelDrafter):
         draft, vocab, name = prototype.draft, prototype.main_vocab_size, prototype.name
         return lambda: ModelDrafter(draft, vocab, name=name)
     if isinstance(prototype, PromptLookupDrafter):
-        ngram_max, ngram_min = prototype.ngram_max, prototype.ngram_min
-        return lambda: PromptLookupDrafter(ngram_max, ngram_min)
+        p = prototype
+        return lambda: PromptLookupDrafter(p.ngram_max, p.ngram_min, p.draft_min, p.draft_max, p.name)
+    if isinstance(prototype, NgramCacheDrafter):
+        cache = prototype.cache  # shared: every request learns into and drafts from it
+        return lambda: NgramCacheDrafter(cache)
+    if isinstance(prototype, CombinedDrafter):
+        parts = [drafter_factory(m) for m in prototype.matchers]
+        fallback = drafter_factory(prototype.fallback) if prototype.fallback is not None else None
+        return lambda: CombinedDrafter([make() for make in parts], fallback() if fallback else None)
     if prototype is None or isinstance(prototype, NoDrafter):
         return NoDrafter
     raise TypeError(f"no per-request factory for drafter {type(prototype).__name__}")

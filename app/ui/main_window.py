@@ -44,7 +44,7 @@ from app.ui.serve_panel import ServePanel
 from app.ui.paths import history_path, open_settings
 from app.worker.host import HostThread
 from app.worker.serving import ServerControl
-from app.worker.requests import GenSettings, PairSpec
+from app.worker.requests import DRAFTER_TEXT, GenSettings, PairSpec
 from app.worker.tasks import wait_for_tasks
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class MainWindow(QMainWindow):
         self.panel.send_button.setEnabled(True)
         self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
         self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
-        drafter = {"lookup": "prompt lookup", "none": "no draft"}.get(facts["drafter"], facts.get("draft_name"))
+        drafter = DRAFTER_TEXT.get(facts["drafter"], facts.get("draft_name"))
         if facts.get("draft_text_level"):
             drafter = f"{drafter} (text-level)"
         self.pair_label.setText(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")

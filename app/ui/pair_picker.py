@@ -1,5 +1,6 @@
-"""Pick the pair: a main model, and a draft model, prompt lookup or none; GPU offload for each;
-Load with progress and Cancel.
+"""Pick the pair: a main model, and a draft model, prompt lookup, the n-gram cache that learns
+from the user's chats (alone or with prompt lookup) or none; GPU offload for each; Load with
+progress and Cancel.
 
 How a model can draft is decided on GGUF headers (app.engine.compat.check_draft) before anything
 is loaded: the main model's vocabulary drafts token by token (llama.cpp's rules); another
@@ -31,13 +32,25 @@ from app.engine.compat import DraftCheck, check_draft
 from app.ui.draft_labels import draft_title, draft_tooltip
 from app.ui.library import LibraryEntry
 from app.ui.offload import OffloadControl
+from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
-from app.worker.requests import LOOKUP, MODEL, NONE, PairSpec
+from app.worker.requests import DRAFTER_TEXT, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE, NONE, PairSpec
 
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
 LOOKUP_TEXT = "Prompt lookup (no draft model)"
+NGRAM_TEXT = "N-gram cache (learns from your chats)"
+LOOKUP_NGRAM_TEXT = "Prompt lookup + n-gram cache"
 NONE_TEXT = "None (plain decoding)"
+NGRAM_FOLDER = "ngram-cache"  # in the data folder, beside the chat history: one file per vocabulary
+DRAFT_FACTS = {
+    LOOKUP: "Drafts by copying what followed the last few tokens earlier in the chat.",
+    NGRAM_CACHE: "Drafts what followed the last 2-4 tokens in your earlier chats and replies; learns "
+                 "from each finished reply (kept per vocabulary beside the history, at most 100,000 n-grams).",
+    LOOKUP_CACHE: "Prompt lookup and the n-gram cache together: the longer match drafts (this chat "
+                  "first on a tie); the cache learns from each finished reply.",
+    NONE: "No drafting: plain decoding, the speed reference.",
+}
 
 
 class PairPicker(QWidget):
@@ -75,9 +88,9 @@ class PairPicker(QWidget):
         self.draft_combo.setToolTip(
             "What guesses the next tokens for the main model to check in one pass: a small model "
             "with the same vocabulary, prompt lookup (copies from the conversation, no second "
-            "model), or none. A model with another vocabulary drafts through text (marked "
-            "text-level: re-tokenized, each step costs more); one that cannot draft is greyed, "
-            "with the reason."
+            "model), the n-gram cache (learns from your chats), or none. A model with another "
+            "vocabulary drafts through text (marked text-level: re-tokenized, each step costs "
+            "more); one that cannot draft is greyed, with the reason."
         )
         self.draft_combo.currentIndexChanged.connect(self._on_draft_changed)
         self.draft_facts = _small_label()
@@ -209,6 +222,7 @@ class PairPicker(QWidget):
             main_gpu_layers=self.main_offload.gpu_layers(),
             draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
             int4=self.int4_check.isChecked(),
+            ngram_dir=str(data_dir() / NGRAM_FOLDER) if kind in (NGRAM_CACHE, LOOKUP_CACHE) else None,
         )
 
     # --- loading state ------------------------------------------------------------------------
@@ -264,7 +278,8 @@ class PairPicker(QWidget):
     def _fill_drafts(self, main: LibraryEntry | None) -> None:
         kind, path = self._draft_pref
         model = QStandardItemModel(self.draft_combo)
-        for text, item_kind in ((NONE_TEXT, NONE), (LOOKUP_TEXT, LOOKUP)):
+        for text, item_kind in ((NONE_TEXT, NONE), (LOOKUP_TEXT, LOOKUP), (NGRAM_TEXT, NGRAM_CACHE),
+                                (LOOKUP_NGRAM_TEXT, LOOKUP_CACHE)):
             item = QStandardItem(text)
             item.setData(item_kind, KIND_ROLE)
             model.appendRow(item)
@@ -289,10 +304,8 @@ class PairPicker(QWidget):
     def _show_draft(self) -> None:
         kind, path = self.draft_choice()
         entry = next((e for e in self._entries if e.path == path), None) if kind == MODEL else None
-        if kind == LOOKUP:
-            self.draft_facts.setText("Drafts by copying what followed the last few tokens earlier in the chat.")
-        elif kind == NONE:
-            self.draft_facts.setText("No drafting: plain decoding, the speed reference.")
+        if kind in DRAFT_FACTS:
+            self.draft_facts.setText(DRAFT_FACTS[kind])
         else:
             self.draft_facts.setText(entry.facts() if entry is not None else "")
         self.draft_offload.set_model(entry.info if entry is not None else None)
@@ -325,7 +338,9 @@ def plan_text(facts: dict[str, Any]) -> str:
 def loaded_text(facts: dict[str, Any]) -> str:
     from app.engine.gguf_info import format_bytes
 
-    draft = {LOOKUP: "prompt lookup", NONE: "no drafting"}.get(facts.get("drafter"), facts.get("draft_name"))
+    draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
+    if facts.get("ngram_entries") is not None:
+        draft += f" ({facts['ngram_entries']:,} n-grams learned)"
     text = (f"Loaded {facts.get('main_name')} ({facts.get('main_plan')}) with {draft} "
             f"in {facts.get('load_s', 0):.1f} s, ≈ {format_bytes(facts.get('memory_bytes', 0))}")
     if facts.get("draft_plan"):

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from app.worker.requests import LOOKUP, MODEL, GenSettings, PairSpec
+from app.worker.requests import MODEL, NONE, GenSettings, PairSpec
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +28,47 @@ class LoadedPair:
     spec: PairSpec
     draft: Any = None  # LoadedModel of the draft model, when there is one
     facts: dict[str, Any] = field(default_factory=dict)
+    ngram_cache: Any = None  # app.engine.ngram_cache.NgramCache, when the drafter learns
 
     def reset_state(self) -> None:
-        """After a failed generation the caches may hold anything: start them afresh."""
+        """After a failed generation the caches may hold anything: start them afresh (the
+        n-gram cache learns only from finished generations, so it is kept)."""
         self.kv.reset()
-        self.drafter = make_drafter(self.main, self.spec, self.draft)
+        self.drafter = make_drafter(self.main, self.spec, self.draft, self.ngram_cache)
+
+    def save_cache(self) -> None:
+        """Write what the n-gram cache learned to its file; a failed write is a warning (the
+        cache stays in memory and is written after the next reply)."""
+        if self.ngram_cache is None or not self.ngram_cache.dirty or not self.spec.ngram_dir:
+            return
+        path = f"{self.spec.ngram_dir}/{self.ngram_cache.key}.ngc"  # the file open_cache read
+        try:
+            self.ngram_cache.save(path)
+        except OSError as exc:
+            log.warning("the n-gram cache could not be saved to %s: %s", path, exc)
 
 
-def make_drafter(main, spec: PairSpec, draft=None):
-    from app.engine.pair import LOOKUP as ENGINE_LOOKUP
-    from app.engine.pair import NONE as ENGINE_NONE
+def make_drafter(main, spec: PairSpec, draft=None, cache=None):
+    """The engine's drafter for the window's choice; `cache`: the pair's n-gram cache."""
     from app.engine.pair import make_drafter as engine_make_drafter
 
     if spec.drafter == MODEL:
         return engine_make_drafter(main, draft=draft)
-    return engine_make_drafter(main, ENGINE_LOOKUP if spec.drafter == LOOKUP else ENGINE_NONE)
+    return engine_make_drafter(main, spec.drafter, cache=cache)
+
+
+def open_ngram_cache(main, spec: PairSpec):
+    """The main vocabulary's n-gram cache from spec.ngram_dir, or None when nothing learns."""
+    if not spec.learns:
+        return None
+    from app.engine.ngram_cache import NgramCacheError
+    from app.engine.pair import open_cache
+
+    try:
+        return open_cache(main, spec.ngram_dir)
+    except NgramCacheError as exc:  # a file renamed by hand: the app still starts
+        log.warning("%s; starting with an empty n-gram cache", exc)
+        return open_cache(main, None)
 
 
 def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
@@ -58,7 +84,7 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
         check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
     main = load_model(
         spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, int4=spec.int4, cancel=cancel,
-        drafter={MODEL: "draft", LOOKUP: "lookup"}.get(spec.drafter, "none"),
+        drafter="draft" if spec.drafter == MODEL else ("none" if spec.drafter == NONE else "lookup"),
         progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
     )
     draft = None
@@ -68,7 +94,9 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
             progress=lambda stage, frac: progress(f"draft model: {stage}", main_share + frac * (1 - main_share)),
         )
     progress("ready", 1.0)
-    pair = LoadedPair(main=main, kv=main.kv_model(), drafter=make_drafter(main, spec, draft), spec=spec, draft=draft)
+    cache = open_ngram_cache(main, spec)
+    pair = LoadedPair(main=main, kv=main.kv_model(), drafter=make_drafter(main, spec, draft, cache), spec=spec,
+                      draft=draft, ngram_cache=cache)
     pair.facts = pair_facts(pair)
     return pair
 
@@ -93,6 +121,7 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "drafter": pair.spec.drafter,
         "drafter_name": pair.drafter.name,
         "draft_text_level": pair.drafter.text_level,
+        "ngram_entries": len(pair.ngram_cache) if pair.ngram_cache is not None else None,
         "load_s": load_s,
         "memory_bytes": memory,
         "n_ctx": pair.kv.n_ctx,

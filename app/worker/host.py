@@ -150,6 +150,8 @@ class ModelHost(QObject):
                 pair.reset_state()
         finally:
             self.finished.emit(summary, error)
+        if pair is not None:
+            pair.save_cache()  # after `finished`: the window does not wait for the write
 
     @Slot()
     def _unload(self) -> None:

@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
+NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats
+KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, MODEL)
+DRAFTER_TEXT = {NONE: "no drafting", LOOKUP: "prompt lookup", NGRAM_CACHE: "n-gram cache",
+                LOOKUP_CACHE: "prompt lookup + n-gram cache"}  # a model is called by its name
 
 
 @dataclass(frozen=True)
@@ -18,15 +22,22 @@ class PairSpec:
     layers on the GPU when there is one, 0 = CPU only."""
 
     main_path: str
-    drafter: str = NONE  # NONE, LOOKUP or MODEL (then draft_path is the draft GGUF file)
+    drafter: str = NONE  # one of KINDS (MODEL: draft_path is the draft GGUF file)
     draft_path: str | None = None
     main_gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
     dtype: str = "auto"  # weights once loaded: auto (bf16 where the device does it well), float32, ...
     int4: bool = True  # on a bf16 CPU load, keep Q4/Q5/Q6/Q8 weights quantized (app.engine.cpu.quantlinear)
+    # The folder of the n-gram caches (one file per main vocabulary), beside the chat history;
+    # None: an n-gram cache in memory only.
+    ngram_dir: str | None = None
+
+    @property
+    def learns(self) -> bool:
+        return self.drafter in (NGRAM_CACHE, LOOKUP_CACHE)
 
     def __post_init__(self) -> None:
-        if self.drafter not in (NONE, LOOKUP, MODEL):
+        if self.drafter not in KINDS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.drafter == MODEL and not self.draft_path:
             raise ValueError("a draft model was chosen but no draft file given")

@@ -26,7 +26,8 @@ def _start(pair: Any, settings: Any, port: int, api_key: str | None) -> Any:
     from app.server.model import ServedModel
     from app.worker.engine_calls import decode_settings, make_drafter
 
-    drafter = make_drafter(pair.main, pair.spec, pair.draft)  # fresh state and draft cache
+    # Fresh state and draft cache; the n-gram cache is shared: requests learn into it too.
+    drafter = make_drafter(pair.main, pair.spec, pair.draft, pair.ngram_cache)
     served = ServedModel.create(pair.main, drafter, decode_settings(settings))
     sock = bind_socket("127.0.0.1", port)  # the window serves this machine only
     return BackgroundServer(create_app(served, ServerConfig(api_key=api_key or None)), sock).start()

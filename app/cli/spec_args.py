@@ -1,0 +1,110 @@
+"""llama.cpp's speculative flags (`--spec-type` and friends) beside the older names the seeds and
+many guides use (`--draft-max`, `--draft-min`, `--draft-p-min`, `--lookup`), which stay aliases.
+
+Plain argparse and data only: `specula --help` must not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from app.engine.errors import SpeculaError
+
+IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache")
+# llama.cpp's other types: named, so that asking for one is "not implemented", not "unknown".
+NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v")
+# --spec-type name -> the engine's drafter kind (app.engine.pair)
+ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
+MOD_DEFAULTS = (24, 0, 64)  # n-match, n-min, n-max (llama.cpp's: 24, 48, 64)
+
+SPEC_TYPE_HELP = (
+    "comma-separated, combined as in llama.cpp: none, draft-simple (the -md model), ngram-simple "
+    "(prompt lookup, as --lookup), ngram-mod (ours: prompt lookup on exactly the last "
+    "--spec-ngram-mod-n-match tokens of this context; llama.cpp's is a hashed n-gram table shared "
+    "by all requests), ngram-cache (counts of what followed 2-4 tokens in earlier conversations, "
+    "kept in --lookup-cache-dynamic FILE; llama.cpp's also reads a static cache). Combined, the "
+    "longest n-gram match drafts (ngram-simple before ngram-cache on a tie) and the draft model "
+    "only where no n-gram matches. Default: draft-simple with -md, else none"
+)
+
+
+class UsageError(SpeculaError):
+    """Flags that do not go together: one line, exit 2, as argparse's own errors."""
+
+    exit_code = 2
+
+
+def spec_types(value: str) -> tuple[str, ...]:
+    """argparse type of --spec-type: known, implemented names, none alone."""
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("needs a type, e.g. ngram-simple")
+    for name in names:
+        if name in NOT_IMPLEMENTED:
+            raise argparse.ArgumentTypeError(
+                f"{name} is not implemented in specula (implemented: {', '.join(IMPLEMENTED)})")
+        if name not in IMPLEMENTED:
+            raise argparse.ArgumentTypeError(f"unknown type {name!r} (known: {', '.join(IMPLEMENTED + NOT_IMPLEMENTED)})")
+    if "none" in names and len(names) > 1:
+        raise argparse.ArgumentTypeError("none cannot be combined with other types")
+    return names
+
+
+def add_spec_flags(parser: argparse.ArgumentParser) -> None:
+    """The drafting flags of run, bench and serve."""
+    parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", metavar="FILE", help="draft model: a GGUF file; the main model's vocabulary drafts token by token, another vocabulary through text (re-tokenized, each step costs more)")
+    parser.add_argument("--spec-type", type=spec_types, default=None, metavar="TYPE[,TYPE...]", help=SPEC_TYPE_HELP)
+    parser.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model: the older name of --spec-type ngram-simple")
+    parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")
+    parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="layers of the draft model on the GPU")
+    parser.add_argument("--spec-draft-n-max", "--draft-max", "--draft", dest="draft_max", type=int, default=16, metavar="N", help="most tokens drafted per step (default 16; llama.cpp's default is 3, drafted at every step; ours is a ceiling, see --draft-fixed)")
+    parser.add_argument("--spec-draft-n-min", "--draft-min", dest="draft_min", type=int, default=0, metavar="N", help="draft nothing when fewer than this would be drafted (default 0)")
+    parser.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.75, metavar="P", help="a draft model stops drafting when its top probability is below this (default 0.75; llama.cpp's default is 0)")
+    parser.add_argument("--draft-fixed", action="store_true", help="always draft up to --spec-draft-n-max, as llama.cpp does (default: adapt the length to the measured acceptance and cost, the maximum as the ceiling)")
+    add_ngram_flags(parser)
+
+
+def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
+    n_match, n_min, n_max = MOD_DEFAULTS
+    parser.add_argument("--spec-ngram-mod-n-match", type=int, default=n_match, metavar="N", help=f"ngram-mod: tokens the lookup matches (default {n_match})")
+    parser.add_argument("--spec-ngram-mod-n-min", type=int, default=n_min, metavar="N", help=f"ngram-mod: draft nothing when fewer would be drafted (default {n_min}; llama.cpp's 48 would exceed our default draft ceiling)")
+    parser.add_argument("--spec-ngram-mod-n-max", type=int, default=n_max, metavar="N", help=f"ngram-mod: most tokens drafted, inside --spec-draft-n-max (default {n_max})")
+    parser.add_argument("-lcd", "--lookup-cache-dynamic", metavar="FILE", help="ngram-cache: the cache file to read and to update with what this run generates (default: a cache in memory, learning only within this process, e.g. across a server's requests; the window keeps one per vocabulary beside its chat history)")
+
+
+@dataclass(frozen=True)
+class SpecChoice:
+    """What drafts, from the flags: the engine's n-gram kind and/or a draft model."""
+
+    ngram: str = "none"  # app.engine.pair kind: "none", "lookup", "lookup+ngram-cache", ...
+    draft_model: str | None = None
+    cache_file: str | None = None
+    mod: tuple[int, int, int] = MOD_DEFAULTS
+
+    @property
+    def plan_drafter(self) -> str:
+        """What the CPU plan is chosen for (app.engine.cpu.plan): a model, n-grams, nothing."""
+        return "draft" if self.draft_model else ("lookup" if self.ngram != "none" else "none")
+
+
+def spec_choice(args: argparse.Namespace) -> SpecChoice:
+    """The flags checked together; UsageError names the conflict."""
+    types = tuple(getattr(args, "spec_type", None) or ()) + (("ngram-simple",) if getattr(args, "lookup", False) else ())
+    draft_model = getattr(args, "model_draft", None)
+    cache_file = getattr(args, "lookup_cache_dynamic", None)
+    if "none" in types:
+        if draft_model or len(types) > 1:
+            raise UsageError("--spec-type none cannot be combined with -md or --lookup")
+        types = ()
+    if "draft-simple" in types and not draft_model:
+        raise UsageError("--spec-type draft-simple needs a draft model (-md/--spec-draft-model FILE)")
+    if cache_file and "ngram-cache" not in types:
+        raise UsageError("--lookup-cache-dynamic is the file of --spec-type ngram-cache; add that type")
+    mod = tuple(getattr(args, f"spec_ngram_mod_{k}", d) for k, d in zip(("n_match", "n_min", "n_max"), MOD_DEFAULTS))
+    if "ngram-mod" in types and (mod[0] < 1 or mod[1] < 0 or mod[2] < 1):
+        raise UsageError("--spec-ngram-mod-n-match and -n-max must be at least 1, -n-min at least 0")
+    kinds = {ENGINE_KIND[t] for t in types if t in ENGINE_KIND}
+    # In the engine's tie order (app.engine.pair.NGRAM_KINDS), whatever order they were given in.
+    ngram = "+".join(k for k in ("ngram-mod", "lookup", "ngram-cache") if k in kinds) or "none"
+    return SpecChoice(ngram, draft_model, cache_file, mod)  # type: ignore[arg-type]

@@ -1,0 +1,86 @@
+"""Drafters on n-grams beyond the current prompt: the learned cache, and combinations.
+
+NgramCacheDrafter drafts from an NgramCache (app.engine.ngram_cache) that learns from every
+finished generation; CombinedDrafter asks several n-gram drafters and keeps the proposal whose
+match is longest (ties: the first given, e.g. prompt lookup before the cache: the conversation at
+hand is the better evidence), falling back to a draft model when no n-gram matches, as
+llama.cpp gives draftless drafting precedence over a draft model.
+
+All are deterministic (no draft distribution), so speculative sampling stays exact: the choice of
+proposal depends on the context only, never on a random draw.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from app.engine.drafters import Draft, Drafter
+from app.engine.ngram_cache import NgramCache
+from app.engine.sampling import SamplingParams
+
+
+class NgramCacheDrafter(Drafter):
+    """Drafts what followed the context's last 2..4 tokens in earlier conversations, and learns
+    each finished one (prompt and reply) into the cache."""
+
+    name = "ngram-cache"
+
+    def __init__(self, cache: NgramCache) -> None:
+        self.cache = cache
+
+    def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
+        if max_tokens <= 0:
+            return 0, ()
+        return self.cache.continuation(context, max_tokens)
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        return Draft(self.match(context, max_tokens)[1])
+
+    def finish(self, context: Sequence[int]) -> None:
+        self.cache.learn_new(context)
+
+
+class CombinedDrafter(Drafter):
+    """The longest n-gram match among `matchers` (drafters with a `match` method, such as
+    PromptLookupDrafter and NgramCacheDrafter) drafts; without one, `fallback` does."""
+
+    def __init__(self, matchers: Sequence[Drafter], fallback: Drafter | None = None) -> None:
+        self.matchers = list(matchers)
+        self.fallback = fallback
+        self.name = "+".join([m.name for m in self.matchers] + ([fallback.name] if fallback else []))
+        self._last: Drafter | None = None
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        best_n, best, chosen = 0, (), None
+        for matcher in self.matchers:
+            n, tokens = matcher.match(context, max_tokens)  # type: ignore[attr-defined]
+            if tokens and n > best_n:
+                best_n, best, chosen = n, tokens, matcher
+        if chosen is not None:
+            self._last = chosen
+            return Draft(best)
+        self._last = self.fallback
+        return self.fallback.propose(context, max_tokens) if self.fallback else Draft()
+
+    def accept(self, n_accepted: int) -> None:
+        if self._last is not None:
+            self._last.accept(n_accepted)
+
+    def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
+        for drafter in self._all():
+            drafter.configure(sampling, draft_p_min)
+
+    def finish(self, context: Sequence[int]) -> None:
+        for drafter in self._all():
+            drafter.finish(context)
+
+    def _all(self) -> list[Drafter]:
+        return self.matchers + ([self.fallback] if self.fallback else [])
+
+
+def learned_cache(drafter: Drafter) -> NgramCache | None:
+    """The NgramCache a drafter (or a combination) learns into, if any: what to save."""
+    for part in [drafter, *getattr(drafter, "matchers", [])]:
+        if isinstance(part, NgramCacheDrafter):
+            return part.cache
+    return None
