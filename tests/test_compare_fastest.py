@@ -47,9 +47,12 @@ def parsed(flags: list[str]):
 
 
 def assert_reproduces(args, choice: Fastest) -> None:
+    from app.cli.spec_args import spec_choice
+
     assert args.model == choice.main_path
-    assert args.lookup == (choice.drafter == LOOKUP)
-    assert args.model_draft == (choice.draft_path if choice.drafter == MODEL else None)
+    spec = spec_choice(args)  # what `specula run` drafts with, from llama.cpp's flags or ours
+    assert spec.ngram == (choice.drafter if choice.drafter not in (NONE, MODEL) else NONE)
+    assert spec.draft_model == (choice.draft_path if choice.drafter == MODEL else None)
     if choice.drafter != NONE:
         assert (args.draft_max, args.draft_fixed) == (choice.draft_max, not choice.adaptive)
         assert (args.draft_min, args.draft_p_min) == (choice.draft_min, choice.draft_p_min)
@@ -88,6 +91,7 @@ def test_no_baseline_no_fastest(real_run):
 @pytest.mark.parametrize("choice", [
     Fastest("none", "/models/main.gguf", NONE, None, 16, True, 0, 0.75, 1.0),
     Fastest("lookup k=8", "/models/main.gguf", LOOKUP, None, 8, False, 0, 0.75, 2.3),
+    Fastest("lookup+ngram-cache", "/models/main.gguf", "lookup+ngram-cache", None, 16, True, 0, 0.75, 1.5),
     Fastest("draft", "/my models/main model.gguf", MODEL, "/my models/it's a draft.gguf", 16, True, 2, 0.6, 1.4),
 ])
 def test_flags_parse_back_to_the_choice_with_quoting(choice):
@@ -100,7 +104,7 @@ def test_flags_parse_back_to_the_choice_with_quoting(choice):
     if choice.adaptive:
         assert "--draft-fixed" not in command
     if (choice.draft_min, choice.draft_p_min) == (0, 0.75):
-        assert "--draft-min" not in command and "--draft-p-min" not in command  # defaults stay implicit
+        assert "n-min" not in command and "p-min" not in command  # defaults stay implicit
 
 
 def test_specula_compare_prints_the_run_command_of_the_fastest(tiny_paths, tmp_path, capsys):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from app.compare.results import MODEL, NONE, CompareRun, ConfigSpec, RunSettings
+from app.compare.results import LOOKUP, MODEL, NONE, CompareRun, ConfigSpec, RunSettings
 from app.compare.summary import ALL, table_rows, times
 
 DEFAULTS = RunSettings()  # `specula run`'s draft defaults are the same (app.cli.add_model_flags)
@@ -22,7 +22,7 @@ class Fastest:
 
     config: str  # its name in the run: "none", "lookup k=8", "SmolLM2 360M"
     main_path: str
-    drafter: str  # NONE, LOOKUP or MODEL
+    drafter: str  # NONE, MODEL or an n-gram kind ("lookup", "lookup+ngram-cache", ...)
     draft_path: str | None
     draft_max: int
     adaptive: bool
@@ -66,20 +66,28 @@ def _fastest(run: CompareRun, config: ConfigSpec, speedup: float) -> Fastest:
                    config.draft_max, config.adaptive, s.draft_min, s.draft_p_min, speedup)
 
 
+# The engine's n-gram kinds by llama.cpp's --spec-type names (app.cli.spec_args.ENGINE_KIND).
+SPEC_TYPE_OF = {LOOKUP: "ngram-simple", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
+
+
 def run_flags(choice: Fastest) -> list[str]:
-    """The `specula run` flags for the choice (unquoted). Every flag's spelling is here, and only
-    here: llama.cpp's newer names (--spec-type, --spec-draft-n-max, ...) are a change of this one."""
+    """The `specula run` flags for the choice (unquoted), in llama.cpp's current names
+    (--spec-type, --spec-draft-n-max, ...; -md is the same in both). Every flag's spelling is
+    here, and only here."""
     flags = ["-m", choice.main_path]
     if choice.drafter == NONE:
         return flags
-    flags += ["-md", choice.draft_path or ""] if choice.drafter == MODEL else ["--lookup"]
-    flags += ["--draft-max", str(choice.draft_max)]
+    if choice.drafter == MODEL:
+        flags += ["-md", choice.draft_path or ""]
+    else:  # an n-gram kind, or several joined by "+": one combined drafter, as --spec-type combines
+        flags += ["--spec-type", ",".join(SPEC_TYPE_OF[part] for part in choice.drafter.split("+"))]
+    flags += ["--spec-draft-n-max", str(choice.draft_max)]
     if not choice.adaptive:
         flags.append("--draft-fixed")
     if choice.draft_min != DEFAULTS.draft_min:
-        flags += ["--draft-min", str(choice.draft_min)]
+        flags += ["--spec-draft-n-min", str(choice.draft_min)]
     if choice.draft_p_min != DEFAULTS.draft_p_min:
-        flags += ["--draft-p-min", f"{choice.draft_p_min:g}"]
+        flags += ["--spec-draft-p-min", f"{choice.draft_p_min:g}"]
     return flags
 
 

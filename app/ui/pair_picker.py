@@ -194,6 +194,8 @@ class PairPicker(QWidget):
             return f"{Path(main_path).name} is not a usable main model in the library"
         if self.select_draft(drafter, draft_path):
             return None
+        if drafter != MODEL:  # an n-gram kind the chat does not offer (ngram-mod)
+            return f"the chat does not draft with {drafter}; the command line does (specula run --spec-type)"
         rows = [self.draft_combo.model().item(r) for r in range(self.draft_combo.count())]
         item = next((i for i in rows if i.data(PATH_ROLE) == draft_path and draft_path), None)
         reason = item.toolTip() if item is not None else "it is not in the library"
