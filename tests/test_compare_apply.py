@@ -10,28 +10,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 
-import pytest
 from PySide6.QtCore import Qt
 
 from app.compare.fastest import fastest
 from app.compare.results import MODEL, NONE
 from app.ui.compare_choice import USE_TEXT
-from tests.test_compare_view import WAIT_MS, set_up, wait_done
+from tests.test_compare_view import WAIT_MS, one_torch_thread, set_up, wait_done  # noqa: F401 (autouse fixture)
 from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
-
-SCREENSHOT = "/tmp/compare_apply.png"
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """See tests/test_compare.py: tiny models on a loaded two-core machine run far faster on one."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def compared(qtbot, tiny_paths):
     """The main window with two tiny models, its Compare window after a finished real run."""
@@ -76,7 +61,7 @@ def test_use_in_chat_applies_the_fastest_to_the_pair_picker(qtbot, data_dir, tin
     assert main_window.models_tabs.currentIndex() == 0
     status = main_window.statusBar().currentMessage()
     assert status.startswith("From the comparison") and "press Load" in status
-    main_window.grab().save(SCREENSHOT)
+    shot(main_window, "compare-apply-window")
     shot(window, "compare-apply-view")
 
 

@@ -81,3 +81,24 @@ def test_a_fully_accepted_short_draft_lets_the_next_one_grow_at_once():
     assert schedule.length(100) == 16
     schedule.update(16, 2, 0.026)  # a rejection: back to what the rates say
     assert schedule.length(100) < 16
+
+
+def test_costly_attempts_that_propose_nothing_stop_drafting():
+    """A text-level draft costs its drafting whether or not a stable cut comes back: steps that
+    asked for drafts and got none must read as dear drafting, not as a dearer plain step, and
+    the schedule must stop asking (then probe rarely, backing off when probes come back empty)."""
+    plain_s, per_draft_token_s = 0.010, 0.020  # the draft's tokens cost twice a main step
+    schedule = AdaptiveDraftLength(16)
+    for step in range(60):
+        k = schedule.length(100)
+        if k == 0:
+            schedule.update(0, 0, plain_s, n_asked=0)
+            continue
+        drafted = min(k, 2) if step % 4 == 0 else 0  # mostly nothing comes back
+        schedule.update(drafted, drafted // 2, plain_s + per_draft_token_s * (k + 3), n_asked=k)
+    assert schedule.relative_cost(1) > 2.0
+    asked = [schedule.length(100) for _ in range(50)]
+    assert sum(asked) <= 1  # at most one probe in 50 steps
+    before = schedule.probe_interval()
+    schedule.update(0, 0, plain_s + per_draft_token_s * 4, n_asked=1)  # another empty probe
+    assert schedule.probe_interval() >= before

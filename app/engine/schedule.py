@@ -46,8 +46,10 @@ class DraftSchedule(Protocol):
     def length(self, budget: int) -> int:
         """Most tokens to draft at this step (at most `budget`)."""
 
-    def update(self, n_drafted: int, n_accepted: int, step_s: float) -> None:
-        """What the last step drafted and kept, and how long drafting plus verifying took."""
+    def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
+               draft_s: float | None = None) -> None:
+        """What the last step drafted and kept, how long drafting plus verifying took, how many
+        drafts were asked for (None: as many as were drafted) and how long drafting took."""
 
 
 class FixedDraftLength:
@@ -59,7 +61,8 @@ class FixedDraftLength:
     def length(self, budget: int) -> int:
         return min(self.draft_max, budget)
 
-    def update(self, n_drafted: int, n_accepted: int, step_s: float) -> None:
+    def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
+               draft_s: float | None = None) -> None:
         pass
 
 
@@ -78,6 +81,8 @@ class AdaptiveDraftLength:
         self.reached = [0.0] * draft_max
         self.accepted = [0.0] * draft_max
         self._fit = _DecayedLine()
+        self._draft_fit = _DecayedLine()  # seconds of drafting against drafts asked for
+        self._plain_s = _DecayedMean()  # a step without drafts, as seen in the verify times
         self._idle_steps = 0
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
 
@@ -104,9 +109,20 @@ class AdaptiveDraftLength:
         """A step of k drafts against one of none: the fitted line where the steps show a
         slope, else the plan's measured curve, else a prior."""
         slope = self._fit.relative_slope(default=None)
-        if slope is None and self._verify_cost is not None:
+        if slope is not None:
+            return 1.0 + slope * k
+        # No slope yet (every step so far drafted): the verify's cost from the plan's curve or
+        # the prior, plus the drafting time measured in those steps, relative to a plain step.
+        verify = self._verify_relative(k)
+        plain = self._plain_s.value()
+        if plain and k > 0 and self._draft_fit.w:
+            verify += max(self._draft_fit.predict(k), 0.0) / plain
+        return verify
+
+    def _verify_relative(self, k: int) -> float:
+        if self._verify_cost is not None:
             return self._verify_cost(k + 1) / self._verify_cost(1)
-        return 1.0 + (_PRIOR_SLOPE if slope is None else slope) * k
+        return 1.0 + _PRIOR_SLOPE * k
 
     def probe_interval(self) -> int:
         """Steps between one-token probes while drafting does not pay."""
@@ -125,9 +141,20 @@ class AdaptiveDraftLength:
                 return 1
         return best
 
-    def update(self, n_drafted: int, n_accepted: int, step_s: float) -> None:
-        self._fit.add(n_drafted, step_s)
+    def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
+               draft_s: float | None = None) -> None:
+        asked = n_drafted if n_asked is None else n_asked
+        if draft_s is not None and asked > 0:
+            self._draft_fit.add(asked, draft_s)
+            self._plain_s.add((step_s - draft_s) / self._verify_relative(n_drafted))
+        # A step that asked for drafts paid for drafting even when nothing came back (a draft
+        # model unsure of its first token, a text-level draft with no stable cut): it counts as
+        # at least one drafted token, so that the plain step's cost stays the line's intercept
+        # and costly empty attempts show as slope, not as a dearer step without drafts.
+        self._fit.add(max(n_drafted, 1) if asked > 0 else 0, step_s)
         if n_drafted == 0:
+            if asked == 1:  # an empty probe backs off like a rejected one
+                self._failed_probes += 1
             return
         if n_drafted == 1:  # a probe, or a one-token draft: rejected ones back off
             self._failed_probes = 0 if n_accepted else self._failed_probes + 1
@@ -184,16 +211,40 @@ class _DecayedLine:
         self.snn = self.snn * _DECAY + n * n
         self.snt = self.snt * _DECAY + n * seconds
 
+    def predict(self, n: int) -> float:
+        """Seconds at n: the fitted line, or the mean while the points show no slope."""
+        mean_n, mean_t = self.sn / self.w, self.st / self.w
+        var = self.snn / self.w - mean_n ** 2
+        if var < 0.1:
+            return mean_t
+        b = (self.snt / self.w - mean_n * mean_t) / var
+        return mean_t + b * (n - mean_n)
+
     def relative_slope(self, default: float | None = _PRIOR_SLOPE) -> float | None:
         """b / a: the cost of one more drafted token relative to a step that drafts nothing;
         `default` while the steps show no slope."""
         if self.w < 2.0:
             return default
         var = self.snn / self.w - (self.sn / self.w) ** 2
-        if var < 0.25:  # all steps fed about the same number of tokens: no slope to see
+        if var < 0.1:  # all steps fed about the same number of tokens: no slope to see
             return default
         b = (self.snt / self.w - (self.sn / self.w) * (self.st / self.w)) / var
         a = self.st / self.w - b * self.sn / self.w
         if a <= 0:
             return default
         return min(max(b / a, 0.005), 2.0)
+
+
+class _DecayedMean:
+    """An exponentially decayed mean (the last ten or so values count)."""
+
+    def __init__(self) -> None:
+        self.w = self.total = 0.0
+
+    def add(self, value: float) -> None:
+        if value > 0:
+            self.w = self.w * _DECAY + 1.0
+            self.total = self.total * _DECAY + value
+
+    def value(self) -> float | None:
+        return self.total / self.w if self.w else None

@@ -229,7 +229,8 @@ def generate(
         n_accepted, token = verify(main, context[-1], draft, sampling, gen, accept_rule)
         t2 = time.monotonic()
         drafter.accept(n_accepted)
-        schedule.update(len(draft), n_accepted, t2 - t0)
+        schedule.update(len(draft), n_accepted, t2 - t0, n_asked=budget if budget >= max(1, settings.draft_min) else 0,
+                        draft_s=t1 - t0)
         counters.add(len(draft), n_accepted)
         n_drafted = len(draft)
         new_tokens = [*draft.tokens[:n_accepted], token]
