@@ -47,6 +47,18 @@ def test_a_flat_verify_curve_wins_when_drafts_are_expected_to_be_accepted(monkey
     assert flat_k >= 8 and flat_speed > expected_speed(STEEP_FAST, 0.9)[0]
 
 
+def test_drafting_never_runs_on_a_plan_whose_verify_is_not_row_exact():
+    """bf16 with dequantized weights verifies in batched GEMMs that can flip a near-tie: it may
+    decode alone (its one-token step is the fastest here), never verify drafts."""
+    curves = {"float32": FLAT, "bf16": STEEP_FAST}
+    assert choose(curves, "none").option.name == "bf16"
+    for drafter in ("lookup", "draft"):
+        choice = choose(curves, drafter)
+        assert choice.option.name == "float32" and choice.option.exact_verify
+        assert "bf16 not with drafting" in choice.reason
+    assert choose({"bf16": STEEP_FAST}, "lookup").option.name == "bf16"  # nothing exact to choose
+
+
 def test_a_curve_interpolates_between_and_beyond_its_points():
     assert FLAT.cost(1) == pytest.approx(0.066)
     assert FLAT.cost(3) == pytest.approx((0.066 + 0.153) / 2)

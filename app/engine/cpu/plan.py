@@ -48,6 +48,11 @@ class PlanOption:
     name: str  # "float32", "bf16", "bf16-int4": what the window, inspect and bench show
     dtype: torch.dtype
     int4: bool
+    # Whether a verify's rows are bit for bit the one-token steps' (float32; the int4 plan's
+    # row-by-row kernels, app.engine.cpu.rowexact): only then does greedy speculation keep plain
+    # decoding's output exactly. bf16 with dequantized weights verifies in batched GEMMs, whose
+    # other accumulation order flips near-ties (seen on Gemma 3 270M's rewrite prompt).
+    exact_verify: bool = True
 
     @property
     def label(self) -> str:
@@ -55,7 +60,7 @@ class PlanOption:
 
 
 FLOAT32 = PlanOption("float32", torch.float32, False)
-BF16 = PlanOption("bf16", torch.bfloat16, False)
+BF16 = PlanOption("bf16", torch.bfloat16, False, exact_verify=False)
 BF16_INT4 = PlanOption("bf16-int4", torch.bfloat16, True)
 OPTIONS = {o.name: o for o in (FLOAT32, BF16, BF16_INT4)}
 
@@ -109,10 +114,16 @@ def expected_speed(curve: CostCurve, alpha: float, k_max: int = 16) -> tuple[flo
 def choose(curves: dict[str, CostCurve], drafter: str) -> PlanChoice:
     """The plan of the highest expected speed with this drafter ("none", "lookup", "draft")."""
     alpha = EXPECTED_ACCEPTANCE.get(drafter, 0.0)
-    speeds = {name: expected_speed(curve, alpha) for name, curve in curves.items()}
+    left_out = []
+    if drafter != "none" and any(OPTIONS[name].exact_verify for name in curves):
+        # Speculation must not change the output: plans whose verify is not row-exact only decode.
+        left_out = [name for name in curves if not OPTIONS[name].exact_verify]
+    candidates = {name: curve for name, curve in curves.items() if name not in left_out}
+    speeds = {name: expected_speed(curve, alpha) for name, curve in candidates.items()}
     best = max(speeds, key=lambda name: speeds[name][0])
-    plain = {name: 1.0 / curve.cost(1) for name, curve in curves.items()}
-    others = ", ".join(f"{OPTIONS[n].name} {speeds[n][0]:.0f}" for n in speeds if n != best)
+    plain = {name: 1.0 / curve.cost(1) for name, curve in candidates.items()}
+    others = ", ".join([f"{OPTIONS[n].name} {speeds[n][0]:.0f}" for n in speeds if n != best]
+                       + [f"{n} not with drafting (its verify is not row-exact)" for n in left_out])
     if alpha > 0:
         reason = (f"measured: {speeds[best][0]:.0f} tok/s expected with {drafter} drafting at {alpha:.0%} acceptance "
                   f"({plain[best]:.0f} plain); {others or 'no other plan'}")
