@@ -254,6 +254,8 @@ def test_draft_names_and_configurations(tiny_paths):
             parse_lengths(bad)
     local = resolve_draft(str(tiny_paths["llama-other"]))
     assert local.kind == MODEL and local.path == str(tiny_paths["llama-other"]) and local.label
+    builtin = resolve_draft("smollm2-135m")  # called as the window calls it, not by its header's name
+    assert builtin.kind == MODEL and builtin.label == "SmolLM2 135M Instruct (Q4_1)" and Path(builtin.path).is_file()
     with pytest.raises(SpeculaError, match="no such file"):
         resolve_draft("missing-draft.gguf")
     two = [DraftChoice(MODEL, "a.gguf", "Tiny"), DraftChoice(MODEL, "b.gguf", "Tiny")]

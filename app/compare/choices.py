@@ -46,7 +46,10 @@ def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
     if name == NONE or is_ngram_kind(name):
         return DraftChoice(name, label=name)
     path = Path(name).expanduser()
-    if path.exists() or name in {m.key for m in BUILTIN_MODELS}:
+    builtin = {m.key: m.title for m in BUILTIN_MODELS}
+    if name in builtin and not path.exists():
+        return DraftChoice(MODEL, str(resolve_model_arg(name)), builtin[name])  # the window's title
+    if path.exists():
         local = resolve_model_arg(name)
         return DraftChoice(MODEL, str(local), _label(local))
     repo_file = _hub_form(name)
