@@ -44,6 +44,12 @@ class Drafter:
         """Called once a generation ends, with its whole context (prompt and reply): a drafter
         that learns from conversations (app.engine.ngram_drafters) learns here."""
 
+    def fresh(self) -> Drafter:
+        """A drafter with this one's settings and shared resources (a draft model's KV cache,
+        synced by prefix; a learned n-gram cache) but per-generation state of its own: what the
+        server gives each request."""
+        raise NotImplementedError(f"{type(self).__name__} has no fresh()")
+
 
 class NoDrafter(Drafter):
     """Plain decoding: the baseline every speedup is measured against."""
@@ -52,6 +58,9 @@ class NoDrafter(Drafter):
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         return Draft()
+
+    def fresh(self) -> Drafter:
+        return NoDrafter()
 
 
 class PromptLookupDrafter(Drafter):
@@ -69,6 +78,9 @@ class PromptLookupDrafter(Drafter):
         self.draft_min = draft_min
         self.draft_max = draft_max
         self.name = name
+
+    def fresh(self) -> Drafter:
+        return PromptLookupDrafter(self.ngram_max, self.ngram_min, self.draft_min, self.draft_max, self.name)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         return Draft(self.match(context, max_tokens)[1])
@@ -101,6 +113,9 @@ class ModelDrafter(Drafter):
         self.sampling = SamplingParams()
         self.p_min = 0.0
         self.generator = make_generator(0)
+
+    def fresh(self) -> Drafter:
+        return ModelDrafter(self.draft, self.main_vocab_size, name=self.name)
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         self.sampling = sampling

@@ -28,6 +28,9 @@ class NgramCacheDrafter(Drafter):
     def __init__(self, cache: NgramCache) -> None:
         self.cache = cache
 
+    def fresh(self) -> Drafter:
+        return NgramCacheDrafter(self.cache)  # shared: every request learns into and drafts from it
+
     def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
         if max_tokens <= 0:
             return 0, ()
@@ -49,6 +52,9 @@ class CombinedDrafter(Drafter):
         self.fallback = fallback
         self.name = "+".join([m.name for m in self.matchers] + ([fallback.name] if fallback else []))
         self._last: Drafter | None = None
+
+    def fresh(self) -> Drafter:
+        return CombinedDrafter([m.fresh() for m in self.matchers], self.fallback.fresh() if self.fallback else None)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         best_n, best, chosen = 0, (), None

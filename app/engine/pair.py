@@ -1,6 +1,7 @@
-"""A main model and its drafter, chosen the way a user chooses them: a draft GGUF file,
-prompt lookup, the learned n-gram cache, a combination of these, or none. The draft's vocabulary is checked on headers before it is loaded: the same
-vocabulary drafts token by token (ModelDrafter), another one through text (TextDrafter)."""
+"""A main model and its drafter, chosen the way a user chooses them: a draft GGUF file, prompt
+lookup, the learned n-gram cache, a combination of these, or none. The draft's vocabulary is
+checked on headers before it is loaded: the same vocabulary drafts token by token (ModelDrafter),
+another one through text (TextDrafter)."""
 
 from __future__ import annotations
 
@@ -48,13 +49,18 @@ def main_vocab_key(main: LoadedModel) -> str:
     return vocab_key(main.info.tokens(), main.info.vocab_type)
 
 
+def cache_path(folder: str | Path, key: str) -> Path:
+    """The file of the n-gram cache of vocabulary `key` in `folder`."""
+    return Path(folder) / f"{key}.ngc"
+
+
 def open_cache(main: LoadedModel, folder: str | Path | None) -> NgramCache:
     """The main vocabulary's n-gram cache saved in `folder` (empty when new or damaged); an
     in-memory one without a folder."""
     key = main_vocab_key(main)
     if folder is None:
         return NgramCache(key)
-    return NgramCache.load(Path(folder) / f"{key}.ngc", key)
+    return NgramCache.load(cache_path(folder, key), key)
 
 
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:

@@ -235,6 +235,10 @@ class TextDrafter(Drafter):
         self.p_min = 0.0
         self.n_tail_mismatch = 0
 
+    def fresh(self) -> Drafter:
+        return TextDrafter(self.draft, self.draft_codec.tokenizer, self.main_codec.tokenizer,
+                           self.main_vocab_size, name=self.name)
+
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         # Drafting is always greedy, hence deterministic given the context: the proposal is a
         # one-hot q, which the accept rule for drafts without probabilities expects.

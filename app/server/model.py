@@ -17,13 +17,11 @@ from typing import Any, Callable, Iterator, Sequence
 import jinja2
 
 from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
-from app.engine.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.drafters import Drafter, NoDrafter
 from app.engine.events import GenerationEvent
 from app.engine.kvmodel import KVModel
 from app.engine.loader import LoadedModel
-from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.speculative import CancelCheck, DecodeSettings, generate
-from app.engine.text_drafter import TextDrafter
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 
@@ -31,27 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def drafter_factory(prototype: Drafter | None) -> Callable[[], Drafter]:
-    """Fresh drafter state per request; a draft model's KV cache is shared (synced by prefix)."""
-    if isinstance(prototype, TextDrafter):
-        t = prototype
-        tokenizers = (t.draft_codec.tokenizer, t.main_codec.tokenizer)
-        return lambda: TextDrafter(t.draft, *tokenizers, t.main_vocab_size, name=t.name)
-    if isinstance(prototype, ModelDrafter):
-        draft, vocab, name = prototype.draft, prototype.main_vocab_size, prototype.name
-        return lambda: ModelDrafter(draft, vocab, name=name)
-    if isinstance(prototype, PromptLookupDrafter):
-        p = prototype
-        return lambda: PromptLookupDrafter(p.ngram_max, p.ngram_min, p.draft_min, p.draft_max, p.name)
-    if isinstance(prototype, NgramCacheDrafter):
-        cache = prototype.cache  # shared: every request learns into and drafts from it
-        return lambda: NgramCacheDrafter(cache)
-    if isinstance(prototype, CombinedDrafter):
-        parts = [drafter_factory(m) for m in prototype.matchers]
-        fallback = drafter_factory(prototype.fallback) if prototype.fallback is not None else None
-        return lambda: CombinedDrafter([make() for make in parts], fallback() if fallback else None)
-    if prototype is None or isinstance(prototype, NoDrafter):
-        return NoDrafter
-    raise TypeError(f"no per-request factory for drafter {type(prototype).__name__}")
+    """Fresh drafter state per request (Drafter.fresh); a draft model's KV cache is shared."""
+    return (prototype or NoDrafter()).fresh
 
 
 @dataclass

@@ -41,7 +41,9 @@ class LoadedPair:
         cache stays in memory and is written after the next reply)."""
         if self.ngram_cache is None or not self.ngram_cache.dirty or not self.spec.ngram_dir:
             return
-        path = f"{self.spec.ngram_dir}/{self.ngram_cache.key}.ngc"  # the file open_cache read
+        from app.engine.pair import cache_path
+
+        path = cache_path(self.spec.ngram_dir, self.ngram_cache.key)  # the file open_cache read
         try:
             self.ngram_cache.save(path)
         except OSError as exc:
