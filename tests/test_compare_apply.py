@@ -92,3 +92,16 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
     window.set_run(gone)
     use_in_chat(qtbot, window)
     assert "gone.gguf is no longer there" in main_window.statusBar().currentMessage()
+
+
+def test_the_status_line_names_each_kind_of_winner():
+    from app.compare.fastest import Fastest
+    from app.ui.compare_choice import applied_text
+
+    cache = Fastest("lookup+ngram-cache", "/m/main.gguf", "lookup+ngram-cache", None, 16, True, 0, 0.75, 1.5)
+    assert "main with prompt lookup + n-gram cache, draft max 16 — press Load" in applied_text(cache, "main", None)
+    lookup = Fastest("lookup k=8", "/m/main.gguf", "lookup", None, 8, False, 0, 0.75, 1.3)
+    assert "main with prompt lookup, draft max 8 (fixed)" in applied_text(lookup, "main", None)
+    model = Fastest("draft", "/m/main.gguf", MODEL, "/m/small draft.gguf", 16, True, 0, 0.75, 1.2)
+    assert "main with Small, draft max 16" in applied_text(model, "main", "Small")
+    assert "main with small draft, draft max 16" in applied_text(model, "main", None)

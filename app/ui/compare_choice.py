@@ -14,7 +14,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.compare.fastest import Fastest, run_command
-from app.compare.results import LOOKUP, NONE
+from app.compare.results import MODEL, NONE
+from app.worker.requests import DRAFTER_TEXT
 
 USE_TEXT = "Use in chat"
 
@@ -57,6 +58,9 @@ def applied_text(choice: Fastest, main_title: str, draft_title: str | None) -> s
     if choice.drafter == NONE:
         return (f"From the comparison: speculation did not pay off here, so {main_title} with no draft — "
                 "press Load")
-    draft = "prompt lookup" if choice.drafter == LOOKUP else draft_title or Path(choice.draft_path or "").stem
+    if choice.drafter == MODEL:
+        draft = draft_title or Path(choice.draft_path or "").stem
+    else:  # an n-gram kind: what the pair picker calls it
+        draft = DRAFTER_TEXT.get(choice.drafter, choice.drafter)
     length = f"draft max {choice.draft_max}" + ("" if choice.adaptive else " (fixed)")
     return f"From the comparison ({choice.describe()}): {main_title} with {draft}, {length} — press Load"
