@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from app.engine.compat import TEXT_LEVEL_NOTE, check_draft
+from app.engine.compat import check_draft
 from app.engine.gguf_info import format_info, read_gguf_info
 from app.hub.builtin import resolve_model_arg
 
@@ -55,12 +55,9 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     main = read_gguf_info(resolve_model_arg(args.main))
     draft = read_gguf_info(resolve_model_arg(args.draft))
     result = check_draft(main, draft)
-    if result.level == "token":
-        print(f"compatible: {draft.path.name} can draft for {main.path.name} (token-level: same vocabulary)")
-        return 0
-    if result.text_level:
-        print(f"compatible: {draft.path.name} can draft for {main.path.name} "
-              f"(text-level ({TEXT_LEVEL_NOTE}); token-level fails: {result.token.reason})")
+    if result:
+        why_not_token = f"; token-level fails: {result.token.reason}" if result.text_level else ""
+        print(f"compatible: {draft.path.name} can draft for {main.path.name} ({result.describe()}{why_not_token})")
         return 0
     print(f"specula: incompatible ({result.token.rule}): {result.reason}", file=sys.stderr)
     return 3

@@ -172,7 +172,7 @@ class DraftCheck:
     def describe(self) -> str:
         """One phrase for lists and messages: how it drafts, or why it cannot."""
         if self.level == TOKEN_LEVEL:
-            return "token-level (same vocabulary)"
+            return "token-level: same vocabulary"
         if self.level == TEXT_LEVEL:
             return f"text-level ({TEXT_LEVEL_NOTE})"
         return f"incompatible: {self.reason}"
