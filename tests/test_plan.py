@@ -86,6 +86,32 @@ def test_a_load_with_auto_measures_once_and_then_reads_the_cache(tiny_q4_path, p
     assert calls == [1] and second.choice.curves == first.choice.curves
 
 
+def test_each_plan_feeds_its_context_once_and_an_inexact_plan_times_no_verifies(tiny_q4_path, monkeypatch):
+    """The calibration's time goes to the steps it needs: one primed cache per plan, and no
+    verifies for a plan that plan.choose never lets draft while an exact one is offered."""
+    from app.engine.loader import prepare_cpu_model
+
+    info = read_gguf_info(tiny_q4_path)
+    primed, steps = [], []
+    prime, step_costs = calibrate._primed, calibrate._step_costs
+    monkeypatch.setattr(calibrate, "_primed", lambda kv: primed.append(kv) or prime(kv))
+    monkeypatch.setattr(calibrate, "_step_costs", lambda kv, c, tokens, r: steps.append((id(kv), tokens)) or step_costs(kv, c, tokens, r))
+    monkeypatch.setattr(calibrate, "HOPELESS_STEP_RATIO", float("inf"))  # every exact plan times its verifies
+    options = cpu_plan_options(info)
+    curves, _ = calibrate.measure(info, options, lambda m, o: prepare_cpu_model(m, o.dtype, o.int4))
+    assert len(primed) == len(options)
+    assert len(curves["bf16"].seconds) == 1
+    assert all(len(curves[o.name].seconds) == len(cpu_plan.MEASURED_TOKENS) for o in options if o.exact_verify)
+    # The verifies of a plan are timed on the cache its one-token steps were timed on.
+    by_cache = {}
+    for cache, tokens in steps:
+        by_cache.setdefault(cache, []).append(tokens)
+    assert sorted(map(len, by_cache.values())) == [1] + [2] * (len(options) - 1)
+    # Offered alone, bf16 is the one plan drafting can run on: its verifies are timed.
+    alone, _ = calibrate.measure(info, [cpu_plan.BF16], lambda m, o: prepare_cpu_model(m, o.dtype, o.int4))
+    assert len(alone["bf16"].seconds) == len(cpu_plan.MEASURED_TOKENS)
+
+
 def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, monkeypatch):
     info = read_gguf_info(tiny_q4_path)
     options = cpu_plan_options(info)

@@ -9,6 +9,12 @@ linears) and driven through the same KVModel. Small models are built whole; a la
 _MAX_LAYERS layers, timed with its first layer and with all of them, which gives the cost of a
 layer and of the rest (embedding, head): its step costs rest + n_layers * layer. Each figure is the
 minimum of a few runs: another process on the machine only ever makes a run slower.
+
+Where the seconds go (Gemma 3 270M, AVX2, 2 threads: about 6 s in all, SmolLM2 about 3 s): building
+each shaped model (0.3-0.7 s: a 262k-row embedding), feeding its cache the context once (0.3-0.8 s;
+an int4 prompt costs per row, hence a short context), and the steps themselves. Verifies are timed
+only for plans that can win with drafts: not for a hopeless one, nor for bf16 with dequantized
+weights, which plan.choose never lets draft while a row-exact plan is offered.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ log = logging.getLogger(__name__)
 
 _MAX_LAYERS = 8
 _WHOLE_BELOW_BYTES = 2 << 30  # models up to about 1B weights (bf16) are timed whole
-_CONTEXT = 64  # tokens already in the cache when steps are timed: a short chat turn
+_CONTEXT = 32  # tokens already in the cache when steps are timed: a short chat turn
 _REPEATS = 2
 _UNSTEADY_SPREAD = 1.5  # slowest / fastest run of one step beyond which the CPU was busy
 _TOKENS_USED = 128  # token ids fed while timing: 1.._CONTEXT, then 100..116
@@ -47,21 +53,25 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
     such curves serve this load but should not be kept."""
     started = time.monotonic()
     curves, spreads, fastest = {}, [], float("inf")
+    # A plan whose verify is not row-exact never runs drafts while an exact one is offered
+    # (plan.choose), so its verifies are not timed.
+    any_exact = any(o.exact_verify for o in options)
     # The plans likeliest to decode fastest first, so that a hopeless one is known as such before
     # its verifies are timed (HOPELESS_STEP_RATIO).
     for option in sorted(options, key=lambda o: (not o.int4, o.dtype == torch.float32)):
         model = shaped_model(info, option)
         prepare(model, option)
-        step, spread = _time_model(model, info.n_layers, cancel, MEASURED_TOKENS[:1])
+        timer = _Timer(model, info.n_layers, cancel)
+        step, spread = timer.time(MEASURED_TOKENS[:1])
         spreads.extend(spread)
-        if step.seconds[0] > HOPELESS_STEP_RATIO * fastest:
+        if step.seconds[0] > HOPELESS_STEP_RATIO * fastest or (any_exact and not option.exact_verify):
             curves[option.name] = step
         else:
             # One timed run each: the one-token steps, timed twice, tell whether the CPU is busy.
-            verifies, _ = _time_model(model, info.n_layers, cancel, MEASURED_TOKENS[1:], repeats=1)
+            verifies, _ = timer.time(MEASURED_TOKENS[1:], repeats=1)
             curves[option.name] = CostCurve(step.seconds + verifies.seconds)
         fastest = min(fastest, step.seconds[0])
-        del model
+        del model, timer
     steady = is_steady(spreads)
     log.info("calibrated %s in %.1fs%s: %s", info.path.name, time.monotonic() - started,
              "" if steady else " (the CPU was busy: not kept)",
@@ -138,26 +148,45 @@ def _zero_int4(ggml_type: str, rows: int, k: int, bias) -> quantlinear.Int4Linea
     return quantlinear.Int4Linear(passes, rows, k, bias)
 
 
-@torch.inference_mode()
-def _time_model(model: torch.nn.Module, n_layers: int, cancel: Callable[[], bool] | None,
-                tokens: tuple[int, ...], repeats: int = _REPEATS) -> tuple[CostCurve, list[tuple[float, float]]]:
-    """The real model's seconds for steps of these numbers of tokens, and the (fastest, slowest)
-    run of each step timed."""
-    base = getattr(model, model.base_model_prefix)
-    built, all_layers = len(base.layers), base.layers
-    full, spread = _step_costs(KVModel(model, n_ctx=_CONTEXT + 64), cancel, tokens, repeats)
-    if built == n_layers:
-        return CostCurve(tuple(full[n] for n in tokens)), spread
-    layer_types = getattr(model.config, "layer_types", None)
-    one, one_spread = _step_costs(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64), cancel, tokens, repeats)
-    base.layers, model.config.num_hidden_layers = all_layers, built  # as built, for the next timing
-    if layer_types:
-        model.config.layer_types = layer_types
-    seconds = []
-    for n in tokens:
-        layer = max(full[n] - one[n], 0.0) / (built - 1)
-        seconds.append(max(one[n] - layer, 0.0) + n_layers * layer)
-    return CostCurve(tuple(seconds)), spread + one_spread
+class _Timer:
+    """Times steps of a shaped model. A whole model keeps one KV cache, its context fed once for
+    every timing; a cut one (large models) is timed whole and with its first layer, each time."""
+
+    def __init__(self, model: torch.nn.Module, n_layers: int, cancel: Callable[[], bool] | None) -> None:
+        self.model, self.n_layers, self.cancel = model, n_layers, cancel
+        base = getattr(model, model.base_model_prefix)
+        self.whole = len(base.layers) == n_layers
+        self._kv = _primed(KVModel(model, n_ctx=_CONTEXT + 64)) if self.whole else None
+
+    @torch.inference_mode()
+    def time(self, tokens: tuple[int, ...], repeats: int = _REPEATS) -> tuple[CostCurve, list[tuple[float, float]]]:
+        """The real model's seconds for steps of these numbers of tokens, and the (fastest,
+        slowest) run of each step timed."""
+        if self.whole:
+            full, spread = _step_costs(self._kv, self.cancel, tokens, repeats)
+            return CostCurve(tuple(full[n] for n in tokens)), spread
+        model = self.model
+        base = getattr(model, model.base_model_prefix)
+        built, all_layers = len(base.layers), base.layers
+        full, spread = _step_costs(_primed(KVModel(model, n_ctx=_CONTEXT + 64)), self.cancel, tokens, repeats)
+        layer_types = getattr(model.config, "layer_types", None)
+        one_kv = _primed(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64))
+        one, one_spread = _step_costs(one_kv, self.cancel, tokens, repeats)
+        base.layers, model.config.num_hidden_layers = all_layers, built  # as built, for the next timing
+        if layer_types:
+            model.config.layer_types = layer_types
+        seconds = []
+        for n in tokens:
+            layer = max(full[n] - one[n], 0.0) / (built - 1)
+            seconds.append(max(one[n] - layer, 0.0) + self.n_layers * layer)
+        return CostCurve(tuple(seconds)), spread + one_spread
+
+
+def _primed(kv: KVModel) -> KVModel:
+    """The cache holding _CONTEXT tokens, the context every step is timed from."""
+    with torch.inference_mode():
+        kv.feed(list(range(1, _CONTEXT + 1)), 1)
+    return kv
 
 
 def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
@@ -174,13 +203,12 @@ def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
 def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None, tokens: tuple[int, ...],
                 repeats: int) -> tuple[dict[int, float], list[tuple[float, float]]]:
     """Minimum seconds of a step feeding n tokens and reading every position's greedy token (a
-    verify of n - 1 drafts, all accepted), from a context of _CONTEXT tokens; and per n the
-    (fastest, slowest) run."""
-    kv.feed(list(range(1, _CONTEXT + 1)), 1)
+    verify of n - 1 drafts, all accepted), from the context of _CONTEXT tokens the cache holds
+    (_primed); and per n the (fastest, slowest) run."""
     best = {n: float("inf") for n in tokens}
     worst = {n: 0.0 for n in tokens}
     for repeat in range(repeats + 1):  # the first round (short) warms caches and allocators up
-        for n in tokens if repeat else (tokens[-1],):
+        for n in tokens if repeat else (tokens[0],):
             if cancel is not None and cancel():
                 raise LoadCancelled("loading cancelled")  # cancelled while measuring the plan
             started = time.perf_counter()
