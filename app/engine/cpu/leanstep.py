@@ -110,6 +110,9 @@ class LeanStack:
             n_q, n_kv = stacked.heads
             states = stacked.qkv.forward(x).view(n_tokens, n_q + 2 * n_kv, head_dim)
             qk, v = states[:, : n_q + n_kv], states[:, n_q + n_kv :]
+            if self.gemma and stacked.qk_scale is None:  # head norms of different epsilons
+                q, k = self._norm(attn.q_norm, qk[:, :n_q]), self._norm(attn.k_norm, qk[:, n_q:])
+                return _rope(q, cos, sin), _rope(k, cos, sin), v
             if self.gemma:
                 qk = _gemma_scaled(qk, stacked.qk_scale, attn.q_norm.eps)
             qk = _rope(qk, cos, sin)
@@ -163,7 +166,8 @@ class _StackedLayer:
         qkv = stack([attn.q_proj, attn.k_proj, attn.v_proj])
         heads = (attn.q_proj.out_features // attn.head_dim, attn.k_proj.out_features // attn.head_dim)
         qk_scale = None
-        if qkv is not None and gemma_scales:  # Gemma: q's and k's head-norm scales, stacked like them
+        if qkv is not None and gemma_scales and attn.q_norm.eps == attn.k_norm.eps:
+            # Gemma: q's and k's head-norm scales, stacked like them (one norm over both)
             qk_scale = torch.cat([gemma_scales[id(attn.q_norm)].expand(heads[0], -1),
                                   gemma_scales[id(attn.k_norm)].expand(heads[1], -1)])
         return cls(qkv, heads, qk_scale, stack([mlp.gate_proj, mlp.up_proj]))
