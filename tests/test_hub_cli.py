@@ -99,8 +99,11 @@ def test_ctrl_c_leaves_a_partial_that_the_next_run_resumes(hub, hub_files):
     data = hub_files["big"].read_bytes()
     env = hub_env(hub, hub.home)
     hub.faults.throttle_bps = 1 << 20
+    # As from a terminal: a suite started in the background (a shell's `&`) hands its children
+    # SIGINT ignored, and Python then installs no Ctrl-C handler at all.
     proc = subprocess.Popen(command(["hub", "download", REPO_BIG, BIG_FILE]), cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     blobs = hub.home / "hub" / f"models--{REPO_BIG.replace('/', '--')}" / "blobs"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
