@@ -110,16 +110,16 @@ class LeanStack:
             n_q, n_kv = stacked.heads
             states = stacked.qkv.forward(x).view(n_tokens, n_q + 2 * n_kv, head_dim)
             qk, v = states[:, : n_q + n_kv], states[:, n_q + n_kv :]
-            if self.gemma and stacked.qk_scale is None:  # head norms of different epsilons
-                q, k = self._norm(attn.q_norm, qk[:, :n_q]), self._norm(attn.k_norm, qk[:, n_q:])
-                return _rope(q, cos, sin), _rope(k, cos, sin), v
-            if self.gemma:
-                qk = _gemma_scaled(qk, stacked.qk_scale, attn.q_norm.eps)
-            qk = _rope(qk, cos, sin)
-            return qk[:, :n_q], qk[:, n_q:], v
-        q = attn.q_proj.forward(x).view(n_tokens, -1, head_dim)
-        k = attn.k_proj.forward(x).view(n_tokens, -1, head_dim)
-        v = attn.v_proj.forward(x).view(n_tokens, -1, head_dim)
+            if not self.gemma or stacked.qk_scale is not None:  # q and k normed and rotated together
+                if self.gemma:
+                    qk = _gemma_scaled(qk, stacked.qk_scale, attn.q_norm.eps)
+                qk = _rope(qk, cos, sin)
+                return qk[:, :n_q], qk[:, n_q:], v
+            q, k = qk[:, :n_q], qk[:, n_q:]  # Gemma head norms of different epsilons: each its own
+        else:
+            q = attn.q_proj.forward(x).view(n_tokens, -1, head_dim)
+            k = attn.k_proj.forward(x).view(n_tokens, -1, head_dim)
+            v = attn.v_proj.forward(x).view(n_tokens, -1, head_dim)
         if self.gemma:
             q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
         return _rope(q, cos, sin), _rope(k, cos, sin), v
