@@ -17,8 +17,8 @@ from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
 # Shapes seen on this workplace's AVX2 CPU (ms, SmolLM2-135M, one thread): float32's verify curve is
 # flat, bf16's one-token step is fast and its verifies are not.
-FLAT = CostCurve((0.066, 0.153, 0.169, 0.212))
-STEEP_FAST = CostCurve((0.054, 0.130, 0.209, 0.360))
+FLAT = CostCurve((0.066, 0.130, 0.153, 0.169, 0.212))
+STEEP_FAST = CostCurve((0.054, 0.070, 0.130, 0.209, 0.360))
 
 
 @pytest.fixture()
@@ -59,11 +59,23 @@ def test_drafting_never_runs_on_a_plan_whose_verify_is_not_row_exact():
     assert choose({"bf16": STEEP_FAST}, "lookup").option.name == "bf16"  # nothing exact to choose
 
 
-def test_a_curve_interpolates_between_and_beyond_its_points():
+def test_a_curve_holds_the_next_points_cost_between_points_and_grows_in_proportion_beyond():
+    assert cpu_plan.MEASURED_TOKENS == (1, 2, 4, 8, 16)
     assert FLAT.cost(1) == pytest.approx(0.066)
-    assert FLAT.cost(3) == pytest.approx((0.066 + 0.153) / 2)
-    assert FLAT.cost(25) == pytest.approx(0.212 + (0.212 - 0.169) / 8 * 8)
-    assert STEEP_FAST.relative_slope() == pytest.approx((0.360 - 0.054) / 16 / 0.054)
+    assert FLAT.cost(3) == FLAT.cost(4) == pytest.approx(0.153)  # 3 rows may cost what a block of 4 does
+    assert FLAT.cost(9) == FLAT.cost(16) == pytest.approx(0.212)
+    assert FLAT.cost(24) == pytest.approx(0.212 * 24 / 16)
+    assert STEEP_FAST.relative_slope() == pytest.approx((0.360 - 0.054) / 15 / 0.054)
+
+
+def test_a_curve_makes_drafts_end_at_its_points():
+    """Between two points a verify costs as much as at the later one, so the best length fills
+    a block: drafts + 1 is a measured point (here the int4 kernel's 4-row blocks on AVX2)."""
+    int4_avx2 = CostCurve((0.036, 0.040, 0.050, 0.097, 0.190))  # SmolLM2-135M's shape
+    for alpha in (0.5, 0.7, 0.9, 0.99):
+        assert expected_speed(int4_avx2, alpha)[1] + 1 in cpu_plan.MEASURED_TOKENS
+        k = AdaptiveDraftLength(16, int4_avx2.cost).length(100)
+        assert k + 1 in cpu_plan.MEASURED_TOKENS
 
 
 def test_a_load_with_auto_measures_once_and_then_reads_the_cache(tiny_q4_path, plan_cache, monkeypatch):
@@ -115,7 +127,7 @@ def test_each_plan_feeds_its_context_once_and_an_inexact_plan_times_no_verifies(
 def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, monkeypatch):
     info = read_gguf_info(tiny_q4_path)
     options = cpu_plan_options(info)
-    cpu_plan.store_curves(info, options, {o.name: CostCurve((0.01, 0.02, 0.03, 0.04)) for o in options})
+    cpu_plan.store_curves(info, options, {o.name: CostCurve((0.01, 0.015, 0.02, 0.03, 0.04)) for o in options})
     assert cpu_plan.cached_curves(info, options) is not None
     with monkeypatch.context() as patch:
         patch.setattr(torch, "__version__", "9.9.9")  # another torch: the entry does not apply
@@ -134,7 +146,7 @@ def test_a_damaged_cache_is_a_miss_not_an_error(tiny_q4_path, plan_cache):
     for damage in ("{not json", json.dumps({"version": 1, cpu_plan.machine_key(): {"x": "y"}}), "[]"):
         plan_cache.write_text(damage)
         assert cpu_plan.cached_curves(info, cpu_plan_options(info)) is None
-    curves = {o.name: CostCurve((0.01, 0.02, 0.03, 0.04)) for o in cpu_plan_options(info)}
+    curves = {o.name: CostCurve((0.01, 0.015, 0.02, 0.03, 0.04)) for o in cpu_plan_options(info)}
     cpu_plan.store_curves(info, cpu_plan_options(info), curves)  # rewrites the damaged file
     assert cpu_plan.cached_curves(info, cpu_plan_options(info)) == curves
 

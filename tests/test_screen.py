@@ -12,7 +12,7 @@ from app.engine.cpu import quantlinear
 from app.engine.fastload import _dequantize
 from app.engine.loader import load_model
 from app.engine.cpu.quantlinear import Int4Linear, pack_passes
-from app.engine.cpu.screen import ScreenedHead, can_screen
+from app.engine.cpu.screen import ScreenedHead, can_screen, screening_pays
 
 pytestmark = pytest.mark.skipif(
     not quantlinear.int4_available() or not quantlinear.layout_is_known(),
@@ -32,13 +32,22 @@ def _hidden(loaded, text: str) -> torch.Tensor:
         return base(input_ids=torch.tensor([loaded.tokenizer.encode(text)])).last_hidden_state[0]
 
 
+def _screen(loaded) -> ScreenedHead:
+    """The demo's head screened by its tied embedding, whether or not this CPU's KV caches use it."""
+    head, table = loaded.model.get_output_embeddings(), loaded.model.get_input_embeddings().weight
+    assert can_screen(head, table)
+    return ScreenedHead(head, table)
+
+
+def test_kv_caches_screen_only_where_screening_pays(demo):
+    assert (demo.kv_model()._screen is not None) == screening_pays()
+
+
 def test_demo_heads_screen_to_the_int4_argmax_within_the_bound(demo):
     head = demo.model.get_output_embeddings()
     assert isinstance(head, Int4Linear)  # a Q8_0 head, packed in two passes
-    kv = demo.kv_model()
-    assert kv._screen is not None
     hidden = _hidden(demo, TEXT)
-    screened = kv._screen.rows(hidden)
+    screened = _screen(demo).rows(hidden)
     with torch.inference_mode():
         full = head(hidden).float()
     # The bound holds everywhere, with room to spare.
@@ -49,7 +58,7 @@ def test_demo_heads_screen_to_the_int4_argmax_within_the_bound(demo):
 
 def test_block_logits_are_bit_for_bit_the_whole_rows(demo):
     head = demo.model.get_output_embeddings()
-    screen = demo.kv_model()._screen
+    screen = _screen(demo)
     x = _hidden(demo, TEXT)[-5:].to(torch.bfloat16)
     blocks = torch.tensor([0, 3, head.out_features // 64 - 1])
     index = (blocks[:, None] * 64 + torch.arange(64)).reshape(-1)
@@ -61,6 +70,7 @@ def test_block_logits_are_bit_for_bit_the_whole_rows(demo):
 
 def test_verify_picks_the_same_tokens_screened_or_row_by_row(demo):
     kv = demo.kv_model()
+    kv._screen = _screen(demo)  # screened here even where it would not pay
     ids = demo.tokenizer.encode(TEXT)
     kv.sync(ids[:-10])
     n = len(kv.ids)
@@ -68,6 +78,7 @@ def test_verify_picks_the_same_tokens_screened_or_row_by_row(demo):
     tokens = [screened.argmax(i) for i in range(10)]
     assert screened._screened is not None  # 10 rows: the screened path was taken
     kv.rewind(n)
+    kv._screen = None
     plain = kv.feed_rows(ids[-10:], 10)
     assert tokens == [int(plain.row(i).argmax()) for i in range(10)]
 

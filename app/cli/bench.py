@@ -10,6 +10,7 @@ the baseline.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from app.cli.bench_args import PROMPTS
 from app.cli.run import load_drafter, load_main
 from app.cli.spec_args import spec_choice
 from app.engine.chat import render_prompt
+from app.engine.cpu import plan as cpu_plan
 from app.engine.events import DoneEvent
 from app.engine.loader import LoadedModel
 from app.engine.pair import LOOKUP, NONE, make_drafter
@@ -78,6 +80,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         adaptive_draft=not args.draft_fixed,
     )
     drafters = {NONE: make_drafter(main, NONE), LOOKUP: make_drafter(main, LOOKUP)}
+    # Each drafter on the plan `auto` measures best for it, as `run` and the window would load it
+    # (the main load's plan is the one for the drafting flags, plain decoding without them).
+    lookup_main = _main_for(args, main, LOOKUP)
+    if lookup_main is not main:
+        drafters[LOOKUP] = make_drafter(lookup_main, LOOKUP)
+    runs_on = {LOOKUP: lookup_main}
     draft_model = None
     if spec_choice(args).ngram not in (NONE, LOOKUP) or args.model_draft:
         drafter = load_drafter(args, main)  # the -md model and/or --spec-type's combination
@@ -86,21 +94,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_model = model_part.draft.model if hasattr(model_part, "draft") else None
     # (row suffix, main model, its drafters): with --plans (or --both-weights), the same file once
     # more in each plan asked for, so that the plans are measured side by side in one run.
-    forms = [("", main, drafters)]
+    forms = [("", main, drafters, runs_on)]
     for plan_name in _extra_plans(args, main):
-        other = load_main(argparse.Namespace(**{**vars(args), **_PLAN_FLAGS[plan_name]}))
+        other = _load_in_plan(args, main, plan_name)
         forms.append((f" [{plan_name}]", other, {**drafters, NONE: make_drafter(other, NONE),
-                                                 LOOKUP: make_drafter(other, LOOKUP)}))
-    print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
+                                                 LOOKUP: make_drafter(other, LOOKUP)}, {}))
+    lookup_plan = ("" if lookup_main is main else
+                   f"; lookup rows on {lookup_main.plan.describe()} ({lookup_main.plan_reason})")
+    print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
           f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
           + ("; rows marked [plan]: the same file in that plan" if len(forms) > 1 else ""))
     # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
     # drafter once on a short reply before timing anything.
     warm = DecodeSettings(**{**settings.__dict__, "max_new_tokens": 24})
-    for _, form_main, form_drafters in forms:
-        for drafter in form_drafters.values():
-            _ours(form_main, drafter, _prompt_ids(form_main, PROMPTS["code-rewrite"]), warm)
+    for _, form_main, form_drafters, form_runs_on in forms:
+        for name, drafter in form_drafters.items():
+            _ours(form_runs_on.get(name, form_main), drafter, _prompt_ids(form_main, PROMPTS["code-rewrite"]), warm)
     llama = _llama_cpp_peer(main, args)
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
@@ -108,10 +118,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
         ids = _prompt_ids(main, PROMPTS[category])
         first_baseline = None
-        for suffix, form_main, form_drafters in forms:
+        for suffix, form_main, form_drafters, form_runs_on in forms:
             baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
             for name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
-                tokens, seconds, summary = _ours(form_main, drafter, ids, run_settings)
+                row_main = form_runs_on.get(name.split(" fixed ")[0], form_main)
+                tokens, seconds, summary = _ours(row_main, drafter, ids, run_settings)
                 if baseline_tokens is None:
                     baseline_tokens, baseline_s = tokens, seconds
                 rows.append(_row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
@@ -138,6 +149,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([asdict(r) for r in rows], handle, indent=2)
     return 0
+
+
+def _main_for(args: argparse.Namespace, main: LoadedModel, drafter: str) -> LoadedModel:
+    """The main model in the plan measured best for this drafter: `main` itself where that is
+    its plan (or no plan was measured: flags chose it, or a GPU), else a second load."""
+    if main.choice is None:
+        return main
+    choice = cpu_plan.choose(main.choice.curves, drafter)
+    if choice.option == main.choice.option:
+        return main
+    return dataclasses.replace(_load_in_plan(args, main, choice.option.name), choice=choice)
+
+
+def _load_in_plan(args: argparse.Namespace, main: LoadedModel, plan_name: str) -> LoadedModel:
+    """The main model once more in this plan, with the main load's measured curves (so that its
+    draft-length schedule starts from them, as an `auto` load of that plan would)."""
+    other = load_main(argparse.Namespace(**{**vars(args), **_PLAN_FLAGS[plan_name]}))
+    if main.choice is None or plan_name not in main.choice.curves:
+        return other
+    return dataclasses.replace(other, choice=cpu_plan.PlanChoice(cpu_plan.OPTIONS[plan_name], "as asked",
+                                                                 main.choice.curves))
 
 
 # What `specula run` flags force each CPU plan (app.engine.cpu.plan).

@@ -6,16 +6,18 @@ tokens to the main model's verify forward costs. Both sides are measured while g
 - the acceptance probability of each draft position given that the earlier ones were accepted
   (acceptance is bursty: inside a copied passage the next token is far likelier to be accepted
   than the first), from decayed counts so that the estimate follows the text;
-- the cost of a step (drafting plus verifying) as a line, seconds = a + b * k for k drafted
-  tokens, fitted by decayed least squares (a draft model makes b large, prompt lookup small).
+- the cost of a step: where the loader measured the plan's curve (app.engine.cpu.plan: a step
+  feeding 1, 2, 4, 8 and 16 tokens on this machine), that curve plus the drafting time measured
+  in the steps; without one (a GPU plan), a line seconds = a + b * k for k drafted tokens,
+  fitted by decayed least squares (a draft model makes b large, prompt lookup small).
 
 A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product of the first j
-rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost a + b * k; the schedule picks the k <= draft_max that maximises E(k) / c(k)
-(the objective of Leviathan et al. 2023, section 3.4, with the cost measured instead of assumed).
-Before a slope can be fitted (the first steps, or while nothing is drafted) the cost of k drafts
-is the plan's measured curve when the loader measured one (app.engine.cpu.plan): on a CPU whose
-verify cost grows with every token (bf16 without bf16 instructions) drafts start short, where it
-is flat (float32) they start long. When drafting does not pay it drafts nothing, but still probes
+rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost c(k); the schedule picks
+the k <= draft_max that maximises E(k) / c(k) (the objective of Leviathan et al. 2023, section
+3.4, with the cost measured instead of assumed). A curve holds between its points at the later
+point's cost (the int4 kernel computes rows in blocks of four: 5 rows cost what 8 do), so the
+lengths chosen fill a block. On a CPU whose verify cost grows with every token drafts start
+short, where it is flat (float32) they start long. When drafting does not pay it drafts nothing, but still probes
 with one token now and then so that a copy-heavy stretch of text is noticed: every few steps
 where a probe is cheap, less often where it is not (at most _PROBE_BUDGET of the time is spent on
 probes), and half as often after each probe that was rejected, so that text with nothing to copy
@@ -106,13 +108,15 @@ class AdaptiveDraftLength:
         return self.rates()[0] if self.draft_max else 0.0
 
     def relative_cost(self, k: int) -> float:
-        """A step of k drafts against one of none: the fitted line where the steps show a
-        slope, else the plan's measured curve, else a prior."""
-        slope = self._fit.relative_slope(default=None)
-        if slope is not None:
-            return 1.0 + slope * k
-        # No slope yet (every step so far drafted): the verify's cost from the plan's curve or
-        # the prior, plus the drafting time measured in those steps, relative to a plain step.
+        """A step of k drafts against one of none: the plan's measured curve plus the drafting
+        time measured in the steps, where the loader measured a curve; else the line fitted to
+        the steps where they show a slope, else a prior. A measured curve is not replaced by the
+        line: verify costs grow in steps (the int4 kernel computes rows in blocks of four), which
+        a line through a few lengths would put wrong at the others."""
+        if self._verify_cost is None:
+            slope = self._fit.relative_slope(default=None)
+            if slope is not None:
+                return 1.0 + slope * k
         verify = self._verify_relative(k)
         plain = self._plain_s.value()
         if plain and k > 0 and self._draft_fit.w:
@@ -131,9 +135,11 @@ class AdaptiveDraftLength:
 
     def length(self, budget: int) -> int:
         k_max = min(self.draft_max, budget)
-        best = best_length_for(self.rates(), self.relative_cost, k_max)
-        if self._all_accepted:
-            best = max(best, min(_GROWTH * self._all_accepted, k_max))
+        rates = self.rates()
+        best = best_length_for(rates, self.relative_cost, k_max)
+        if self._all_accepted:  # at least _GROWTH times as many, the best such length
+            best = max(best, best_length_for(rates, self.relative_cost, k_max,
+                                             k_min=min(_GROWTH * self._all_accepted, k_max)))
         if best == 0 and budget > 0:
             self._idle_steps += 1
             if self._idle_steps >= self.probe_interval():
@@ -169,15 +175,21 @@ class AdaptiveDraftLength:
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
 
 
-def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int) -> int:
-    """argmax over k of E(k) / cost(k) where E(k) = 1 + sum_j prod_{i<=j} rates[i] and cost(k)
-    is a step of k drafts relative to one of none: 1 + slope * k for a number, else the function."""
+def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,
+                    k_min: int = 0) -> int:
+    """argmax over k_min <= k <= k_max of E(k) / cost(k) where E(k) = 1 + sum_j prod_{i<=j}
+    rates[i] and cost(k) is a step of k drafts relative to one of none: 1 + slope * k for a
+    number, else the function. The shortest of near-equal lengths wins."""
     cost = relative_cost if callable(relative_cost) else (lambda k: 1.0 + relative_cost * k)
     best_k, best_rate = 0, 1.0
+    if k_min > 0:
+        best_k, best_rate = k_min, -1.0
     expected, run = 1.0, 1.0
     for k in range(1, max(k_max, 0) + 1):
         run *= rates[k - 1]
         expected += run
+        if k < k_min:
+            continue
         rate = expected / cost(k)
         if rate > best_rate * 1.0001:
             best_k, best_rate = k, rate

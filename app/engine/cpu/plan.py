@@ -32,7 +32,12 @@ from app.engine.schedule import expected_tokens
 
 log = logging.getLogger(__name__)
 
-MEASURED_TOKENS = (1, 5, 9, 17)  # a one-token step and verifies of 4, 8 and 16 drafts
+# A one-token step and verifies of 1, 3, 7 and 15 drafts. torch's int4 kernel computes rows in
+# blocks of four: on AVX2 4 rows cost 1.4-1.9 times one row and 5 rows as much as 8, so a verify
+# of 4 drafts is the dearest per token and one of 3 the cheapest; points at the ends of blocks
+# see the cheap lengths, and CostCurve.cost holds a verify between two points at the later one's
+# cost, which a draft length then never wastes.
+MEASURED_TOKENS = (1, 2, 4, 8, 16)
 # What drafting is expected to accept when choosing a plan, before anything is generated: prompt
 # lookup and draft models accept about half their tokens on llama.cpp users' mixed workloads
 # (far more when rewriting, near none in free chat); the schedule then adapts within the plan.
@@ -40,7 +45,7 @@ EXPECTED_ACCEPTANCE = {"none": 0.0, "lookup": 0.5, "draft": 0.6}
 # A step yields at most 1 / (1 - alpha) tokens on average, so a plan whose one-token step is this
 # many times the fastest one's cannot win at any expected acceptance: its verifies are not timed.
 HOPELESS_STEP_RATIO = 1.0 / (1.0 - max(EXPECTED_ACCEPTANCE.values()))
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: MEASURED_TOKENS at the ends of the int4 kernel's blocks
 
 
 @dataclass(frozen=True)
@@ -73,19 +78,20 @@ class CostCurve:
     seconds: tuple[float, ...]
 
     def cost(self, n_tokens: int) -> float:
-        """Linear between the measured points, and beyond the last one along its last segment;
-        n one-token steps where only that was measured."""
+        """The cost measured at the first point of at least n tokens (between two points a step
+        may cost as much as at the later one: a new block of the int4 kernel's rows), beyond the
+        last point in proportion to the tokens; n one-token steps where only that was measured."""
         if len(self.seconds) == 1:
             return self.seconds[0] * max(n_tokens, 1)
-        points = list(zip(MEASURED_TOKENS, self.seconds))
-        for (n0, s0), (n1, s1) in zip(points, points[1:]):
-            if n_tokens <= n1 or (n1, s1) == points[-1]:
-                return max(s0 + (s1 - s0) * (n_tokens - n0) / (n1 - n0), 1e-9)
-        return self.seconds[0]
+        for n, seconds in zip(MEASURED_TOKENS, self.seconds):
+            if n_tokens <= n:
+                return seconds
+        return self.seconds[-1] * n_tokens / MEASURED_TOKENS[-1]
 
     def relative_slope(self) -> float:
-        """Extra cost per drafted token relative to a one-token step, over 16 drafts."""
-        return max((self.cost(17) - self.cost(1)) / 16 / self.cost(1), 0.0)
+        """Extra cost per drafted token relative to a one-token step, over the longest verify measured."""
+        drafts = MEASURED_TOKENS[-1] - 1
+        return max((self.cost(drafts + 1) - self.cost(1)) / drafts / self.cost(1), 0.0)
 
 
 @dataclass(frozen=True)
