@@ -37,11 +37,11 @@ def _verify_rows(demo, n: int) -> tuple[LogitRows, list[torch.Tensor], list[int]
     return rows, steps, calls
 
 
-def test_a_verify_computes_its_rows_in_growing_runs_with_the_bits_of_one_token_steps(demo):
+def test_a_verify_computes_its_first_rows_then_the_rest_with_the_bits_of_one_token_steps(demo):
     assert demo.plan.int4 and kv_head_is_int4(demo)
     rows, steps, calls = _verify_rows(demo, 9)
     got = [rows.row(i) for i in range(9)]
-    assert calls == [4, 4, 1]  # FIRST_ROWS, then as many as were computed, then what is left
+    assert calls == [LogitRows.FIRST_ROWS, 9 - LogitRows.FIRST_ROWS]
     for i in range(9):
         assert torch.equal(got[i], steps[i]), i
     assert rows.argmax(8) == int(steps[8].argmax())

@@ -41,7 +41,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def format_curves(curves: dict) -> str:
-    """One row per plan: a step's milliseconds feeding 1, 5, 9 and 17 tokens, and plain tok/s."""
+    """One row per plan: a step's milliseconds feeding each of plan.MEASURED_TOKENS, and plain tok/s."""
     from app.engine.cpu.plan import MEASURED_TOKENS
 
     head = "plan       " + "".join(f"{f'{n - 1} drafts' if n > 1 else '1 token':>11s}" for n in MEASURED_TOKENS) + "   plain tok/s"

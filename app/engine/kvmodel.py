@@ -126,13 +126,13 @@ class KVModel:
 class LogitRows:
     """Logits of consecutive positions, given either computed or as hidden states and a head.
 
-    A head given is run on a run of rows at once when the first of them is asked for: FIRST_ROWS,
-    then as many as are already computed (4, 4, 8, ...), since positions are read in order and
-    each accepted draft makes the next likelier. torch's int4 kernel computes rows in blocks: on
-    Gemma 3 270M's 262k-token head (AVX2) 4 rows cost 1.9 times one row and 16 rows 5 times, where
-    row by row they cost 4 and 16 times. A rejected first draft then wastes at most 3 rows' share
-    of a block. Which rows go together never changes a row's bits (the kernel sums over K only;
-    tests/test_kvmodel.py)."""
+    A head given is run on several rows at once when the first of them is asked for: the first
+    FIRST_ROWS, then all the others, since positions are read in order and a verify whose first
+    drafts were all accepted is in a copied run. torch's int4 kernel computes rows in blocks: on
+    Gemma 3 270M's 262k-token head (AVX2, one run) 4 rows cost 1.9 times one row and 16 rows 5
+    times, where row by row they cost 4 and 16 times. A rejected first draft then wastes at most
+    3 rows' share of a block. Which rows go together never changes a row's bits (the
+    kernel sums over K only; tests/test_kvmodel.py)."""
 
     FIRST_ROWS = 4
     # Screening costs about two bf16 rows of the head where it pays (screening_pays); below this
@@ -153,7 +153,7 @@ class LogitRows:
         if self._logits is not None:
             return self._logits[i]
         if i not in self._rows:
-            self._compute(i, min(len(self), i + max(self.FIRST_ROWS, len(self._rows))))
+            self._compute(i, min(len(self), i + self.FIRST_ROWS) if not self._rows else len(self))
         return self._rows[i]
 
     def _compute(self, first: int, stop: int) -> None:
