@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.engine.cpu.plan import CostCurve
 from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, expected_tokens
 
 
@@ -78,9 +79,19 @@ def test_a_fully_accepted_short_draft_lets_the_next_one_grow_at_once():
     schedule.update(1, 1, 0.011)
     assert schedule.length(100) >= 4
     schedule.update(4, 4, 0.014)
-    assert schedule.length(100) == 16
-    schedule.update(16, 2, 0.026)  # a rejection: back to what the rates say
-    assert schedule.length(100) < 16
+    grown = schedule.length(100)
+    assert grown >= 12  # four times as many, about: the ceiling and the one before it are near-equal here
+    schedule.update(grown, 2, 0.010 + 0.001 * grown)  # a rejection: back to what the rates say
+    assert schedule.length(100) < grown
+
+
+def test_growth_fills_the_measured_block_instead_of_starting_another():
+    """After every draft was accepted, the longer draft ends where the curve has a point: 15
+    drafts (16 tokens, a block of the int4 kernel's rows) rather than 16, which start another."""
+    int4_avx2 = CostCurve((0.036, 0.040, 0.050, 0.097, 0.190))
+    schedule = AdaptiveDraftLength(16, int4_avx2.cost)
+    schedule.update(7, 7, int4_avx2.cost(8), draft_s=1e-4)
+    assert schedule.length(100) == 15
 
 
 def test_costly_attempts_that_propose_nothing_stop_drafting():

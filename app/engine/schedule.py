@@ -21,10 +21,10 @@ short, where it is flat (float32) they start long. When drafting does not pay it
 with one token now and then so that a copy-heavy stretch of text is noticed: every few steps
 where a probe is cheap, less often where it is not (at most _PROBE_BUDGET of the time is spent on
 probes), and half as often after each probe that was rejected, so that text with nothing to copy
-runs at the speed of plain decoding. A step that had every draft accepted lets the next
-one draft at least four times as many: acceptance comes in runs, and positions beyond a short draft
-get no new evidence, so stale rejections there would otherwise hold the length down for many steps
-of a copied passage. The draft length never changes what is generated,
+runs at the speed of plain decoding. After a step that had every draft accepted the next one
+drafts more, its positions up to four times as far counted as good as the last accepted one:
+acceptance comes in runs, and positions beyond a short draft get no new evidence, so stale
+rejections there would otherwise hold the length down for many steps of a copied passage. The draft length never changes what is generated,
 only how fast: outputs stay identical to plain decoding.
 """
 
@@ -135,11 +135,15 @@ class AdaptiveDraftLength:
 
     def length(self, budget: int) -> int:
         k_max = min(self.draft_max, budget)
-        rates = self.rates()
-        best = best_length_for(rates, self.relative_cost, k_max)
-        if self._all_accepted:  # at least _GROWTH times as many, the best such length
-            best = max(best, best_length_for(rates, self.relative_cost, k_max,
-                                             k_min=min(_GROWTH * self._all_accepted, k_max)))
+        rates, run = self.rates(), self._all_accepted
+        if run:
+            # Acceptance comes in runs: after a step with every draft accepted, the positions up
+            # to _GROWTH times as far count as good as the last one accepted (stale rejections
+            # there would otherwise hold the length down for many steps of a copied passage), and
+            # the next step drafts more, as many as the cost curve makes best.
+            for i in range(run, min(_GROWTH * run, len(rates))):
+                rates[i] = max(rates[i], rates[run - 1])
+        best = best_length_for(rates, self.relative_cost, k_max, k_min=min(run + 1, k_max) if run else 0)
         if best == 0 and budget > 0:
             self._idle_steps += 1
             if self._idle_steps >= self.probe_interval():
