@@ -44,7 +44,8 @@ def format_curves(curves: dict) -> str:
     """One row per plan: a step's milliseconds feeding each of plan.MEASURED_TOKENS, and plain tok/s."""
     from app.engine.cpu.plan import MEASURED_TOKENS
 
-    head = "plan       " + "".join(f"{f'{n - 1} drafts' if n > 1 else '1 token':>11s}" for n in MEASURED_TOKENS) + "   plain tok/s"
+    labels = ["1 token" if n == 1 else f"{n - 1} draft{'s' if n > 2 else ''}" for n in MEASURED_TOKENS]
+    head = "plan       " + "".join(f"{label:>11s}" for label in labels) + "   plain tok/s"
     rows = [head]
     for name, curve in curves.items():
         cells = "".join(f"{s * 1000:9.1f}ms" for s in curve.seconds)
