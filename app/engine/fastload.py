@@ -40,7 +40,7 @@ from transformers.integrations.gguf import dequant as torch_dequant
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
-from app.engine.cpu import quantlinear
+from app.engine.cpu import quantlinear, rowexact
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
 
@@ -202,7 +202,18 @@ def packable_layer_linear(model: torch.nn.Module, hf_name: str | None, tensor) -
     linear = model.get_submodule(module_name)
     if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
         return None
+    if _bf16_rows_cheaper(tensor):
+        return None
     return linear
+
+
+def _bf16_rows_cheaper(tensor) -> bool:
+    """A matrix of several int4 passes (Q6_K: four) small enough to stay in the caches, where this
+    CPU computes its bf16 copy row by row for less (rowexact.beats_int4_passes: on AVX2); it then
+    loads as bf16, computed row by row (the same bits in a verify as in decoding)."""
+    passes = INT4_PASSES[tensor.ggml_type]
+    return (passes > 1 and tensor.shape[0] * tensor.shape[1] * 2 <= rowexact.MAX_BYTES
+            and rowexact.beats_int4_passes(passes))
 
 
 def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):

@@ -20,11 +20,20 @@ as before.
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
+
 import torch
 
 from app.engine.cpu.attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
 
 MAX_BYTES = 8 << 20
+# How much cheaper bf16 rows must be than the int4 passes to replace them: a margin, so that the
+# choice does not flip from one process to the next on a noisy machine.
+_CLEAR_MARGIN = 0.8
+
+log = logging.getLogger(__name__)
 
 
 class RowExactLinear(torch.nn.Module):
@@ -57,3 +66,44 @@ def wrap_linears(module: torch.nn.Module) -> int:
                 setattr(parent, name, RowExactLinear(child))
                 wrapped += 1
     return wrapped
+
+
+def beats_int4_passes(n_passes: int) -> bool:
+    """Whether a bf16 copy of a matrix that stays in the CPU's caches, computed row by row as
+    RowExactLinear does, costs clearly less than torch's int4 kernel in n_passes passes, for one
+    token and for a verify of four alike (so that decoding and drafting both gain). On AVX2 (2
+    threads, one run): an int4 pass 0.11 ms for one row and 0.20 for four, a bf16 row 0.14, so
+    Q6_K's four passes lose and two passes (Q5_0, Q8_0) win."""
+    int4_one, int4_four, bf16_row = _measured_costs()
+    return (bf16_row < _CLEAR_MARGIN * n_passes * int4_one
+            and 4 * bf16_row < _CLEAR_MARGIN * n_passes * int4_four)
+
+
+@functools.cache
+def _measured_costs() -> tuple[float, float, float]:
+    """Seconds of one int4 pass for one and four rows and of one bf16 row, on a 640 x 2048
+    matrix (Gemma 3 270M's Q6_K ffn_down): measured once per process (about 20 ms), never read
+    from a CPU flag."""
+    from app.engine.cpu.quantlinear import GROUP  # quantlinear needs nothing from here: no cycle
+
+    n, k = 640, 2048
+    packed = torch._convert_weight_to_int4pack_for_cpu(torch.randint(0, 16, (n, k), dtype=torch.int32), 1)
+    scales_zeros = torch.randn(k // GROUP, n, 2).to(torch.bfloat16)
+    weight = torch.randn(n, k).to(torch.bfloat16)
+    one, four = torch.randn(1, k).to(torch.bfloat16), torch.randn(4, k).to(torch.bfloat16)
+
+    def fastest(run) -> float:
+        run()  # the first call picks kernels and allocates
+        best = float("inf")
+        for _ in range(7):
+            started = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    with torch.inference_mode():
+        costs = (fastest(lambda: torch._weight_int4pack_mm_for_cpu(one, packed, GROUP, scales_zeros)),
+                 fastest(lambda: torch._weight_int4pack_mm_for_cpu(four, packed, GROUP, scales_zeros)),
+                 fastest(lambda: torch.nn.functional.linear(one, weight)))
+    log.info("int4 pass %.3f / %.3f ms at 1 / 4 rows, bf16 row %.3f ms", *(c * 1e3 for c in costs))
+    return costs
