@@ -17,14 +17,15 @@ the k <= draft_max that maximises E(k) / c(k) (the objective of Leviathan et al.
 3.4, with the cost measured instead of assumed). A curve holds between its points at the later
 point's cost (the int4 kernel computes rows in blocks of four: 5 rows cost what 8 do), so the
 lengths chosen fill a block. On a CPU whose verify cost grows with every token drafts start
-short, where it is flat (float32) they start long. When drafting does not pay it drafts nothing, but still probes
-with one token now and then so that a copy-heavy stretch of text is noticed: every few steps
-where a probe is cheap, less often where it is not (at most _PROBE_BUDGET of the time is spent on
-probes), and half as often after each probe that was rejected, so that text with nothing to copy
-runs at the speed of plain decoding. After a step that had every draft accepted the next one
-drafts more, its positions up to four times as far counted as good as the last accepted one:
-acceptance comes in runs, and positions beyond a short draft get no new evidence, so stale
-rejections there would otherwise hold the length down for many steps of a copied passage. The draft length never changes what is generated,
+short, where it is flat (float32) they start long. When drafting does not pay it drafts
+nothing, but still probes with one token now and then so that a copy-heavy stretch of text is
+noticed: every few steps where a probe is cheap, less often where it is not (at most
+_PROBE_BUDGET of the time is spent on probes), and half as often after each probe that was
+rejected, so that text with nothing to copy runs at the speed of plain decoding. After a step
+that had every draft accepted the next one drafts more, its positions up to four times as far
+counted as good as the last accepted one: acceptance comes in runs, and positions beyond a
+short draft get no new evidence, so stale rejections there would otherwise hold the length down
+for many steps of a copied passage. The draft length never changes what is generated,
 only how fast: outputs stay identical to plain decoding.
 """
 
