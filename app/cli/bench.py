@@ -120,9 +120,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         first_baseline = None
         for suffix, form_main, form_drafters, form_runs_on in forms:
             baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
-            for name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
-                row_main = form_runs_on.get(name.split(" fixed ")[0], form_main)
-                tokens, seconds, summary = _ours(row_main, drafter, ids, run_settings)
+            for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
+                tokens, seconds, summary = _ours(form_runs_on.get(drafter_name, form_main), drafter, ids, run_settings)
                 if baseline_tokens is None:
                     baseline_tokens, baseline_s = tokens, seconds
                 rows.append(_row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
@@ -207,16 +206,16 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
 
 
 def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
-    """(row name, drafter, settings): each drafter with the adaptive length, and with a fixed
-    length for every value of --draft-sweep (llama.cpp's fixed --draft-max)."""
+    """(row name, drafter name, drafter, settings): each drafter with the adaptive length, and
+    with a fixed length for every value of --draft-sweep (llama.cpp's fixed --draft-max)."""
     lengths = [int(v) for v in sweep.split(",") if v.strip()] if sweep else []
     for name, drafter in drafters.items():
-        yield name, drafter, settings
+        yield name, name, drafter, settings
         if name == NONE:
             continue
         for k in lengths:
             fixed = DecodeSettings(**{**settings.__dict__, "draft_max": k, "adaptive_draft": False})
-            yield f"{name} fixed {k}", drafter, fixed
+            yield f"{name} fixed {k}", name, drafter, fixed
 
 
 def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc,

@@ -212,8 +212,7 @@ def _bf16_rows_cheaper(tensor) -> bool:
     CPU computes its bf16 copy row by row for less (rowexact.beats_int4_passes: on AVX2); it then
     loads as bf16, computed row by row (the same bits in a verify as in decoding)."""
     passes = INT4_PASSES[tensor.ggml_type]
-    return (passes > 1 and tensor.shape[0] * tensor.shape[1] * 2 <= rowexact.MAX_BYTES
-            and rowexact.beats_int4_passes(passes))
+    return passes > 1 and rowexact.stays_cached(tensor.shape[0] * tensor.shape[1]) and rowexact.beats_int4_passes(passes)
 
 
 def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):

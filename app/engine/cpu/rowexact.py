@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 
 import torch
+
+from app.engine.cpu.probe import fastest
 
 from app.engine.cpu.attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
 
@@ -62,10 +63,15 @@ def wrap_linears(module: torch.nn.Module) -> int:
         for name, child in list(parent.named_children()):
             weight = getattr(child, "weight", None)
             if (type(child) is torch.nn.Linear and weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
-                    and weight.numel() * weight.element_size() <= MAX_BYTES):
+                    and stays_cached(weight.numel())):
                 setattr(parent, name, RowExactLinear(child))
                 wrapped += 1
     return wrapped
+
+
+def stays_cached(n_weights: int) -> bool:
+    """A bf16 matrix of this many weights is small enough (MAX_BYTES) to be computed row by row."""
+    return n_weights * 2 <= MAX_BYTES
 
 
 def beats_int4_passes(n_passes: int) -> bool:
@@ -92,18 +98,9 @@ def _measured_costs() -> tuple[float, float, float]:
     weight = torch.randn(n, k).to(torch.bfloat16)
     one, four = torch.randn(1, k).to(torch.bfloat16), torch.randn(4, k).to(torch.bfloat16)
 
-    def fastest(run) -> float:
-        run()  # the first call picks kernels and allocates
-        best = float("inf")
-        for _ in range(7):
-            started = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - started)
-        return best
-
     with torch.inference_mode():
-        costs = (fastest(lambda: torch._weight_int4pack_mm_for_cpu(one, packed, GROUP, scales_zeros)),
-                 fastest(lambda: torch._weight_int4pack_mm_for_cpu(four, packed, GROUP, scales_zeros)),
-                 fastest(lambda: torch.nn.functional.linear(one, weight)))
+        costs = (fastest(lambda: torch._weight_int4pack_mm_for_cpu(one, packed, GROUP, scales_zeros), 7),
+                 fastest(lambda: torch._weight_int4pack_mm_for_cpu(four, packed, GROUP, scales_zeros), 7),
+                 fastest(lambda: torch.nn.functional.linear(one, weight), 7))
     log.info("int4 pass %.3f / %.3f ms at 1 / 4 rows, bf16 row %.3f ms", *(c * 1e3 for c in costs))
     return costs

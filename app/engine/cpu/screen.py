@@ -24,15 +24,17 @@ Everything is multiplied by a safety factor.
 from __future__ import annotations
 
 import functools
-import time
 
 import torch
+
+from app.engine.cpu.probe import fastest
 
 from app.engine.cpu.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known, sum_passes
 
 _SAFETY = 1.25
 _BF16_ROUNDING = 2.0**-9  # relative, round to nearest
 _F32_EPS = 2.0**-24
+_AMORTIZED_ROWS_COST = 3.0  # 8 bf16 rows for less than this many one-row products: GEMM amortizes
 
 
 def can_screen(head: torch.nn.Module, table: torch.Tensor | None) -> bool:
@@ -53,21 +55,10 @@ def screening_pays() -> bool:
     product of 8 MB (about 0.1 s), never read from a CPU flag."""
     weight = torch.randn(4096, 1024).to(torch.bfloat16)
     one, eight = torch.randn(1, 1024).to(torch.bfloat16), torch.randn(8, 1024).to(torch.bfloat16)
-
-    def fastest(x: torch.Tensor) -> float:
-        best = float("inf")
-        for _ in range(6):
-            started = time.perf_counter()
-            torch.nn.functional.linear(x, weight)
-            best = min(best, time.perf_counter() - started)
-        return best
-
     with torch.inference_mode():
-        fastest(one), fastest(eight)  # warm-up: first calls pick kernels and allocate
-        return fastest(eight) < _AMORTIZED_ROWS_COST * fastest(one)
-
-
-_AMORTIZED_ROWS_COST = 3.0  # 8 bf16 rows for less than this many one-row products: GEMM amortizes
+        eight_rows = fastest(lambda: torch.nn.functional.linear(eight, weight), 6, warmups=6)
+        one_row = fastest(lambda: torch.nn.functional.linear(one, weight), 6, warmups=6)
+    return eight_rows < _AMORTIZED_ROWS_COST * one_row
 
 
 def _group_bound(head: Int4Linear) -> torch.Tensor:
