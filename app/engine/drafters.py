@@ -64,43 +64,88 @@ class NoDrafter(Drafter):
 
 
 class PromptLookupDrafter(Drafter):
-    """Model-free drafting (prompt lookup / n-gram): find the latest earlier occurrence of the
-    context's last n tokens and propose what followed it. Pays off when the reply copies from the
-    prompt (code edits, rewrites, summaries with quotes)."""
+    """Model-free drafting (prompt lookup / n-gram): find an earlier occurrence of the context's
+    last n tokens and propose what followed it. Pays off when the reply copies from the prompt
+    (code edits, rewrites, summaries with quotes).
+
+    Two refinements over taking the latest occurrence (llama.cpp's prompt lookup). Replaying the
+    greedy replies to the bench's five prompts on both demo models (128 tokens, drafts of 3, 7 and
+    15) they accepted as many drafted tokens as before or more in every case:
+    - Of the occurrences, the one whose preceding tokens match the context's furthest back wins
+      (the latest on ties): that is where a copy is running from, where code and prose repeat
+      short n-grams (a newline and an indent, `result`) all over.
+    - When no n-gram ends at the last token but the tokens before it copy at least COPY_RUN
+      tokens of an earlier passage, the last token replaced one of that passage (a renamed
+      variable, a changed number) and the copy goes on after the replaced token (not for
+      ngram-mod, which matches exactly its last n tokens). On Gemma 3 270M's code-rewrite prompt
+      7-token drafts went from 97 of 165 drafted tokens accepted to 107 of 138."""
 
     name = "lookup"
+    COPY_RUN = 8  # tokens before a replaced one that make a copy, not a chance match
+    _MAX_OCCURRENCES = 64  # latest occurrences compared per n-gram (bounds the cost in long chats)
+    _MAX_EXTENSION = 64  # tokens compared before an occurrence
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1, draft_min: int = 0,
-                 draft_max: int | None = None, name: str = "lookup") -> None:
+                 draft_max: int | None = None, name: str = "lookup", past_replaced: bool = True) -> None:
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         # Bounds of its own (ngram-mod's n-min/n-max), inside the loop's draft budget.
         self.draft_min = draft_min
         self.draft_max = draft_max
         self.name = name
+        self.past_replaced = past_replaced  # ngram-mod matches exactly its last n tokens: off
 
     def fresh(self) -> Drafter:
-        return PromptLookupDrafter(self.ngram_max, self.ngram_min, self.draft_min, self.draft_max, self.name)
+        return PromptLookupDrafter(self.ngram_max, self.ngram_min, self.draft_min, self.draft_max, self.name,
+                                   self.past_replaced)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         return Draft(self.match(context, max_tokens)[1])
 
     def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
-        """(length of the matched n-gram, the tokens that followed it); (0, ()) for none."""
+        """(length of the matched n-gram, the tokens that followed it); (0, ()) for none. A copy
+        past a replaced token counts as a match of length 1, the weakest."""
         if self.draft_max is not None:
             max_tokens = min(max_tokens, self.draft_max)
         if max_tokens <= 0:
             return 0, ()
         ids = list(context)
         for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
-            pattern = ids[-n:]
-            # Latest match first: recent text predicts the continuation best.
-            for start in range(len(ids) - n - 1, -1, -1):
-                if ids[start : start + n] == pattern:
-                    follow = ids[start + n : start + n + max_tokens]
-                    if follow and len(follow) >= self.draft_min:
-                        return n, tuple(follow)
+            found = self._occurrence(ids, len(ids) - n, n)
+            if found is not None and self._fits(follow := ids[found[0] + n : found[0] + n + max_tokens]):
+                return n, tuple(follow)
+        if not self.past_replaced:
+            return 0, ()
+        for n in range(min(self.ngram_max, len(ids) - 2), 0, -1):  # the last token replaced one
+            found = self._occurrence(ids, len(ids) - 1 - n, n)
+            if found is not None and n + found[1] >= self.COPY_RUN:
+                follow = ids[found[0] + n + 1 : found[0] + n + 1 + max_tokens]
+                if self._fits(follow):
+                    return 1, tuple(follow)
+                break
         return 0, ()
+
+    def _fits(self, follow: list[int]) -> bool:
+        return bool(follow) and len(follow) >= self.draft_min
+
+    def _occurrence(self, ids: list[int], at: int, n: int) -> tuple[int, int] | None:
+        """(start, matched tokens before it) of the earlier occurrence of ids[at : at + n] whose
+        preceding tokens match those before `at` furthest back (the latest on ties), or None."""
+        pattern = ids[at : at + n]
+        best, seen = None, 0
+        for start in range(at - 1, -1, -1):
+            if ids[start : start + n] != pattern:
+                continue
+            before = 0
+            while (before < self._MAX_EXTENSION and start - before > 0
+                   and ids[start - before - 1] == ids[at - before - 1]):
+                before += 1
+            if best is None or before > best[1]:
+                best = (start, before)
+            seen += 1
+            if seen >= self._MAX_OCCURRENCES or before >= self._MAX_EXTENSION:
+                break
+        return best
 
 
 class ModelDrafter(Drafter):

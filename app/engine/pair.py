@@ -119,5 +119,5 @@ def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None, mod: 
     if part == LOOKUP:
         return PromptLookupDrafter(ngram_max=lookup_max)
     if part == NGRAM_MOD:
-        return PromptLookupDrafter(mod.n_match, mod.n_match, mod.n_min, mod.n_max, name=NGRAM_MOD)
+        return PromptLookupDrafter(mod.n_match, mod.n_match, mod.n_min, mod.n_max, name=NGRAM_MOD, past_replaced=False)
     return NgramCacheDrafter(cache if cache is not None else open_cache(main, None))

@@ -1,0 +1,47 @@
+"""Prompt lookup's choice of where to copy from: the running copy, and past a replaced token."""
+
+from __future__ import annotations
+
+from app.engine.drafters import PromptLookupDrafter
+
+SOURCE = list(range(10, 30))  # a passage of 20 distinct tokens, copied by the contexts below
+
+
+def test_latest_occurrence_when_nothing_tells_them_apart():
+    assert PromptLookupDrafter().match([1, 2, 3, 40, 7, 2, 3, 50, 9, 2, 3], 1) == (2, (50,))
+
+
+def test_the_occurrence_the_copy_runs_from_beats_a_later_one():
+    # (12, 13, 14) occurs in the passage and later after 99; the context copies the passage from
+    # 10 on, so the passage continues it, not the later occurrence (which lookup took before).
+    context = SOURCE + [99, 12, 13, 14, 77, 78] + [10, 11, 12, 13, 14]
+    assert PromptLookupDrafter().match(context, 3) == (3, (15, 16, 17))
+
+
+def test_a_copy_goes_on_past_a_replaced_token():
+    # The context copies 10..19, then writes 99 where the passage has 20 (a renamed variable).
+    copied = SOURCE[: PromptLookupDrafter.COPY_RUN + 2] + [99]
+    assert 99 not in SOURCE
+    assert PromptLookupDrafter().match(SOURCE + [5] + copied, 4) == (1, (21, 22, 23, 24))
+
+
+def test_a_short_run_before_an_unknown_token_proposes_nothing():
+    copied = SOURCE[: PromptLookupDrafter.COPY_RUN - 2] + [99]  # fewer than COPY_RUN tokens copied
+    assert PromptLookupDrafter().match(SOURCE + [5] + copied, 4) == (0, ())
+
+
+def test_bounds_hold_for_both_kinds_of_match():
+    copied = SOURCE[:12] + [99]
+    assert PromptLookupDrafter(draft_max=2).match(SOURCE + [5] + copied, 8) == (1, (23, 24))
+    # ngram-mod's minimum: a draft shorter than draft_min is no draft (what follows the replaced
+    # token runs to the end of the context: 21 tokens here).
+    context = SOURCE + [5] + copied
+    assert len(PromptLookupDrafter().match(context, 50)[1]) == 21
+    assert PromptLookupDrafter(draft_min=22).match(context, 50) == (0, ())
+    assert PromptLookupDrafter().match(SOURCE, 0) == (0, ())
+
+
+def test_ngram_mod_matches_only_its_last_tokens():
+    copied = SOURCE[:12] + [99]
+    assert PromptLookupDrafter(3, 3, past_replaced=False).match(SOURCE + [5] + copied, 4) == (0, ())
+    assert PromptLookupDrafter(3, 3, past_replaced=False).fresh().past_replaced is False
