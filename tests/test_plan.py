@@ -39,23 +39,29 @@ def test_the_fastest_one_token_step_wins_without_drafting():
 
 
 def test_a_flat_verify_curve_wins_when_drafts_are_expected_to_be_accepted(monkeypatch):
+    """Among plans none of which verifies row-exactly (a file without int4-able tensors)."""
     monkeypatch.setitem(cpu_plan.EXPECTED_ACCEPTANCE, "lookup", 0.9)
-    choice = choose({"float32": FLAT, "bf16-int4": STEEP_FAST}, "lookup")
+    choice = choose({"float32": FLAT, "bf16": STEEP_FAST}, "lookup")
     assert choice.option.name == "float32"
     assert "90% acceptance" in choice.reason
     flat_speed, flat_k = expected_speed(FLAT, 0.9)
     assert flat_k >= 8 and flat_speed > expected_speed(STEEP_FAST, 0.9)[0]
 
 
-def test_drafting_never_runs_on_a_plan_whose_verify_is_not_row_exact():
-    """bf16 with dequantized weights verifies in batched GEMMs that can flip a near-tie: it may
-    decode alone (its one-token step is the fastest here), never verify drafts."""
-    curves = {"float32": FLAT, "bf16": STEEP_FAST}
+def test_drafting_never_runs_on_a_plan_whose_verify_is_not_row_exact(monkeypatch):
+    """float32 and bf16 with dequantized weights verify in batched GEMMs that can flip a near-tie:
+    they may decode alone (bf16's one-token step is the fastest here), never verify drafts while
+    the int4 plan is offered, however flat float32's verifies are."""
+    monkeypatch.setitem(cpu_plan.EXPECTED_ACCEPTANCE, "lookup", 0.9)
+    int4 = CostCurve(tuple(s * 1.5 for s in STEEP_FAST.seconds))
+    curves = {"float32": FLAT, "bf16": STEEP_FAST, "bf16-int4": int4}
+    assert not cpu_plan.FLOAT32.exact_verify and not cpu_plan.BF16.exact_verify and cpu_plan.BF16_INT4.exact_verify
     assert choose(curves, "none").option.name == "bf16"
+    assert expected_speed(FLAT, 0.9)[0] > expected_speed(int4, 0.9)[0]
     for drafter in ("lookup", "draft"):
         choice = choose(curves, drafter)
-        assert choice.option.name == "float32" and choice.option.exact_verify
-        assert "bf16 not with drafting" in choice.reason
+        assert choice.option.name == "bf16-int4" and choice.option.exact_verify
+        assert "bf16 not with drafting" in choice.reason and "float32 not with drafting" in choice.reason
     assert choose({"bf16": STEEP_FAST}, "lookup").option.name == "bf16"  # nothing exact to choose
 
 
@@ -118,7 +124,8 @@ def test_each_plan_feeds_its_context_once_and_an_inexact_plan_times_no_verifies(
     by_cache = {}
     for cache, tokens in steps:
         by_cache.setdefault(cache, []).append(tokens)
-    assert sorted(map(len, by_cache.values())) == [1] + [2] * (len(options) - 1)
+    n_exact = sum(o.exact_verify for o in options)
+    assert sorted(map(len, by_cache.values())) == [1] * (len(options) - n_exact) + [2] * n_exact
     # Offered alone, bf16 is the one plan drafting can run on: its verifies are timed.
     alone, _ = calibrate.measure(info, [cpu_plan.BF16], lambda m, o: prepare_cpu_model(m, o.dtype, o.int4))
     assert len(alone["bf16"].seconds) == len(cpu_plan.MEASURED_TOKENS)

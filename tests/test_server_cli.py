@@ -62,7 +62,7 @@ class ServerProcess:
 def started(tiny_paths):
     """Start the server and the CLI reference runs at once; yield both."""
     tiny, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-q8"])
-    exact = ["--device", "cpu", "--dtype", "float32"]  # greedy identity is exact in float32 (facts.md)
+    exact = ["--device", "cpu", "--dtype", "float32"]  # no near-ties in this tiny model's float32 logits
     server = ServerProcess(["-m", tiny, "-md", draft, *exact, "--port", "0", "--api-key", KEY, "--queue", "4",
                             "--cors-origin", "http://app.example:3000"])
     runs = [["run", "-m", tiny, *exact, "-p", CODE, "-n", str(N), "--temp", "0", "--json"],

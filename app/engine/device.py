@@ -68,7 +68,7 @@ def auto_dtype(gpu: str | None) -> torch.dtype:
     if gpu == "mps":
         return torch.float16
     # On the CPU the loader measures the plan (app.engine.cpu.plan) for the models it builds
-    # itself; anything else runs in float32, transformers' default and always exact.
+    # itself; anything else runs in float32, transformers' default.
     return torch.float32
 
 

@@ -83,7 +83,8 @@ class CompareSetup(QWidget):
         self.n_predict.setToolTip("Tokens per reply (greedy, the same seed for every drafter)")
         self.precision = QComboBox()
         self.precision.addItems(PRECISIONS)
-        self.precision.setToolTip("float32 makes greedy outputs exactly identical; in half precision near-ties can flip")
+        self.precision.setToolTip("auto: on the CPU drafts are verified as decoding computes (int4 weights), so greedy outputs are\n"
+                                  "identical; float32 and half precision verify in batched products, where a near-tie can flip a token")
 
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)

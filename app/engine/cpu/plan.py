@@ -11,8 +11,10 @@ expected to accept:
     speed(plan) = max over k of E(alpha, k) / cost_plan(k + 1)
 
 with E the expected tokens a step of k drafts yields (app.engine.schedule.expected_tokens) and
-alpha 0 when nothing drafts. Curves are cached per machine, torch version and model shape
-(`plans.json` beside the tokenizer cache) and redone by `specula calibrate MODEL`.
+alpha 0 when nothing drafts. Drafting runs only on a plan whose verify gives bit for bit the
+one-token steps' logits (the int4 plan) where one is offered: the others verify in batched
+products, which can flip a near-tied greedy token. Curves are cached per machine, torch version
+and model shape (`plans.json` beside the tokenizer cache) and redone by `specula calibrate MODEL`.
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ class PlanOption:
     name: str  # "float32", "bf16", "bf16-int4": what the window, inspect and bench show
     dtype: torch.dtype
     int4: bool
-    # Whether a verify's rows are bit for bit the one-token steps' (float32; the int4 plan's
-    # row-by-row kernels, app.engine.cpu.rowexact): only then does greedy speculation keep plain
-    # decoding's output exactly. bf16 with dequantized weights verifies in batched GEMMs, whose
-    # other accumulation order flips near-ties (seen on Gemma 3 270M's rewrite prompt).
+    # Whether a verify's rows are bit for bit the one-token steps' (the int4 plan's row-by-row
+    # kernels, app.engine.cpu.rowexact): only then does greedy speculation keep plain decoding's
+    # output exactly. The others verify in batched GEMMs and attention, whose other order of
+    # accumulation flips near-ties: bf16 on Gemma 3 270M's rewrite prompt; float32 too, less
+    # often (torch 2.13, AVX2: a 9-token verify of SmolLM2's logits differed from 9 one-token
+    # steps by up to 4e-5, and a float32 GEMM's rows differ from one-row products from 2 rows on).
     exact_verify: bool = True
 
     @property
@@ -64,7 +68,7 @@ class PlanOption:
         return {"float32": "float32", "bf16": "bf16 (dequantized weights)", "bf16-int4": "bf16 + int4 weights"}[self.name]
 
 
-FLOAT32 = PlanOption("float32", torch.float32, False)
+FLOAT32 = PlanOption("float32", torch.float32, False, exact_verify=False)
 BF16 = PlanOption("bf16", torch.bfloat16, False, exact_verify=False)
 BF16_INT4 = PlanOption("bf16-int4", torch.bfloat16, True)
 OPTIONS = {o.name: o for o in (FLOAT32, BF16, BF16_INT4)}
