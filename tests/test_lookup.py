@@ -45,3 +45,24 @@ def test_ngram_mod_matches_only_its_last_tokens():
     copied = SOURCE[:12] + [99]
     assert PromptLookupDrafter(3, 3, past_replaced=False).match(SOURCE + [5] + copied, 4) == (0, ())
     assert PromptLookupDrafter(3, 3, past_replaced=False).fresh().past_replaced is False
+
+
+def test_lookup_is_confident_only_while_a_copy_runs():
+    lookup = PromptLookupDrafter()
+    assert lookup.copy_run(SOURCE + [5] + SOURCE[:10]) == 10
+    assert lookup.confident(SOURCE + [5] + SOURCE[:PromptLookupDrafter.COPY_RUN]) is True
+    assert lookup.confident(SOURCE + [5] + SOURCE[:3]) is False  # a 3-token match: chance
+    assert lookup.confident([1, 2, 3]) is False and lookup.copy_run([]) == 0
+
+
+def test_combined_confidence_needs_one_confident_matcher_or_every_one_saying_no():
+    from app.engine.drafters import Drafter
+    from app.engine.ngram_cache import NgramCache
+    from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+
+    copying, chatting = SOURCE + [5] + SOURCE[:10], SOURCE + [5] + SOURCE[:2]
+    assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(copying) is True
+    # The n-gram cache cannot tell; a draft model behind the matchers drafts where they do not.
+    assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(chatting) is None
+    assert CombinedDrafter([PromptLookupDrafter()], Drafter()).confident(chatting) is None
+    assert CombinedDrafter([PromptLookupDrafter(), PromptLookupDrafter(2, 2)]).confident(chatting) is False

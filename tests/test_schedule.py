@@ -113,3 +113,46 @@ def test_costly_attempts_that_propose_nothing_stop_drafting():
     before = schedule.probe_interval()
     schedule.update(0, 0, plain_s + per_draft_token_s * 4, n_asked=1)  # another empty probe
     assert schedule.probe_interval() >= before
+
+
+GEMMA_INT4_AVX2 = CostCurve((0.073, 0.094, 0.128, 0.155, 0.313))  # Gemma 3 270M's int4 curve, AVX2
+
+
+def _rejecting(schedule: AdaptiveDraftLength, steps: int) -> None:
+    """Drafts and probes rejected until the schedule stops drafting."""
+    for _ in range(steps):
+        k = schedule.length(100)
+        schedule.update(k, 0, GEMMA_INT4_AVX2.cost(k + 1), n_asked=k, draft_s=0.0001 if k else None)
+
+
+def test_a_confident_drafter_gets_a_probe_at_once_after_rejections():
+    """Rejected probes back off for dozens of steps; a drafter that sees a copy running (prompt
+    lookup) gets its probe at once, and one that does not, or cannot tell, waits as before."""
+    schedule = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
+    _rejecting(schedule, 12)
+    assert schedule.probe_interval() > 20
+    assert [schedule.length(100, confident=lambda: False) for _ in range(5)] == [0] * 5
+    assert [schedule.length(100, confident=lambda: None) for _ in range(5)] == [0] * 5
+    assert schedule.length(100, confident=lambda: True) == 1
+    schedule.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
+    assert schedule.length(100) > 1  # the hit grows the next draft
+
+
+def test_without_evidence_a_drafter_that_sees_no_copy_starts_with_one_draft():
+    asked = []
+    fresh = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
+    hopeful = fresh.length(100)
+    assert hopeful > 1  # the prior: start long, as llama.cpp's fixed length does
+    assert fresh.length(100, confident=lambda: asked.append(1) or False) == 1 and asked == [1]
+    assert fresh.length(100, confident=lambda: None) == hopeful  # a draft model cannot tell
+    assert fresh.length(100, confident=lambda: True) == hopeful
+    fresh.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
+    assert fresh.length(100, confident=lambda: False) > 1  # evidence now decides
+
+
+def test_the_drafter_is_asked_only_where_its_answer_changes_the_length():
+    asked = []
+    drafting = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
+    drafting.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
+    drafting.length(100, confident=lambda: asked.append(1) or True)
+    assert asked == []

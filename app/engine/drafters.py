@@ -40,6 +40,13 @@ class Drafter:
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         """Called once per generation with the settings in force."""
 
+    def confident(self, context: Sequence[int]) -> bool | None:
+        """Whether, at next to no cost, this drafter sees a draft that is likely to be accepted
+        now (True: a schedule that has stopped drafting probes at once instead of waiting) or
+        sees none (False: a schedule without evidence yet starts with one draft); None where it
+        cannot tell without drafting (a draft model)."""
+        return None
+
     def finish(self, context: Sequence[int]) -> None:
         """Called once a generation ends, with its whole context (prompt and reply): a drafter
         that learns from conversations (app.engine.ngram_drafters) learns here."""
@@ -101,6 +108,21 @@ class PromptLookupDrafter(Drafter):
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         return Draft(self.match(context, max_tokens)[1])
+
+    def confident(self, context: Sequence[int]) -> bool | None:
+        """A copy is running: the longest n-gram match and the tokens matching before it make at
+        least COPY_RUN tokens of an earlier passage."""
+        return self.copy_run(context) >= self.COPY_RUN
+
+    def copy_run(self, context: Sequence[int]) -> int:
+        """Tokens of an earlier passage that the context ends with, as match() finds them (0 for
+        none): its n-gram and the tokens matching before it."""
+        ids = list(context)
+        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
+            found = self._occurrence(ids, len(ids) - n, n)
+            if found is not None:
+                return n + found[1]
+        return 0
 
     def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
         """(length of the matched n-gram, the tokens that followed it); (0, ()) for none. A copy

@@ -72,6 +72,14 @@ class CombinedDrafter(Drafter):
         if self._last is not None:
             self._last.accept(n_accepted)
 
+    def confident(self, context: Sequence[int]) -> bool | None:
+        """True where a matcher is; False where every matcher says no and no draft model backs
+        them; else None."""
+        answers = [matcher.confident(context) for matcher in self.matchers]
+        if any(answer is True for answer in answers):
+            return True
+        return False if self.fallback is None and all(answer is False for answer in answers) else None
+
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         for drafter in self._all():
             drafter.configure(sampling, draft_p_min)

@@ -218,7 +218,7 @@ def generate(
         budget = schedule.length(min(
             settings.max_new_tokens - len(generated) - 1,
             main.n_ctx - len(context) - 1,
-        ))
+        ), confident=lambda: drafter.confident(context))
         t0 = time.monotonic()
         draft = drafter.propose(context, budget) if budget >= max(1, settings.draft_min) else Draft()
         if len(draft) < settings.draft_min or len(draft) > max(budget, 0):
