@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from app.engine.cpu import calibrate, quantlinear
+from app.engine.cpu import calibrate, quantlinear, rowexact
 from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.plan import CostCurve, choose, expected_speed
 from app.engine.gguf_info import read_gguf_info
@@ -145,6 +145,13 @@ def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, mo
     assert cpu_plan.cached_curves(info, options) is not None
     # Another shape (fewer plans to choose among) is another entry too.
     assert cpu_plan.cached_curves(info, [cpu_plan.FLOAT32]) is None
+    # Layer matrices that load as bf16 rows instead of int4 on this CPU (a probe of each process)
+    # change the int4 plan's costs: a flipped probe is another entry.
+    with monkeypatch.context() as patch:
+        patch.setattr(rowexact, "replaces_int4", lambda n_passes, n_weights: True)
+        assert "bf16 rows:" in cpu_plan.shape_key(info, options)
+        assert cpu_plan.cached_curves(info, options) is None
+        assert "bf16 rows:" not in cpu_plan.shape_key(info, [cpu_plan.FLOAT32, cpu_plan.BF16])
 
 
 def test_a_damaged_cache_is_a_miss_not_an_error(tiny_q4_path, plan_cache):

@@ -211,8 +211,7 @@ def _bf16_rows_cheaper(tensor) -> bool:
     """A matrix of several int4 passes (Q6_K: four) small enough to stay in the caches, where this
     CPU computes its bf16 copy row by row for less (rowexact.beats_int4_passes: on AVX2); it then
     loads as bf16, computed row by row (the same bits in a verify as in decoding)."""
-    passes = INT4_PASSES[tensor.ggml_type]
-    return passes > 1 and rowexact.stays_cached(tensor.shape[0] * tensor.shape[1]) and rowexact.beats_int4_passes(passes)
+    return rowexact.replaces_int4(INT4_PASSES[tensor.ggml_type], tensor.shape[0] * tensor.shape[1])
 
 
 def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from app.engine.gguf_info import GGUFInfo
+from app.engine.cpu import rowexact
+from app.engine.gguf_info import INT4_PASSES, GGUFInfo
 from app.engine.schedule import expected_tokens
 
 log = logging.getLogger(__name__)
@@ -157,13 +158,24 @@ def machine_key() -> str:
 
 
 def shape_key(info: GGUFInfo, options: list[PlanOption]) -> str:
-    """The model's shape and tensor types (what the cost depends on), not its name or values."""
-    types = sorted({f"{t.name.split('.', 2)[-1] if t.name.startswith('blk.') else t.name}:{t.ggml_type}"
-                    for t in info.tensors})
+    """The model's shape and tensor types (what the cost depends on), not its name or values, and
+    with int4 offered the layer types that load as bf16 rows instead on this CPU (a probe of each
+    process, rowexact.replaces_int4, whose outcome changes the int4 plan's costs)."""
+    types = sorted({f"{_short(t.name)}:{t.ggml_type}" for t in info.tensors})
     parts = [info.architecture, str(info.n_layers), str(info.vocab_size),
              *(f"{t.name}{list(t.shape)}" for t in info.tensors if t.name.startswith(("blk.0.", "token_embd", "output"))),
              *types, ",".join(o.name for o in options)]
+    if any(o.int4 for o in options):
+        as_bf16 = sorted({f"{_short(t.name)}:{t.ggml_type}" for t in info.tensors if t.name.startswith("blk.")
+                          and len(t.shape) == 2 and t.ggml_type in INT4_PASSES
+                          and rowexact.replaces_int4(INT4_PASSES[t.ggml_type], t.shape[0] * t.shape[1])})
+        if as_bf16:
+            parts.append("bf16 rows:" + ",".join(as_bf16))
     return "|".join(parts)
+
+
+def _short(name: str) -> str:
+    return name.split(".", 2)[-1] if name.startswith("blk.") else name
 
 
 def _cpu_model() -> str:

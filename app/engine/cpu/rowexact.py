@@ -74,6 +74,13 @@ def stays_cached(n_weights: int) -> bool:
     return n_weights * 2 <= MAX_BYTES
 
 
+def replaces_int4(n_passes: int, n_weights: int) -> bool:
+    """Whether a layer matrix of this many int4 passes and weights loads as bf16 computed row by
+    row instead (app.engine.fastload): several passes, small enough to stay in the caches, and
+    clearly cheaper so on this CPU (beats_int4_passes; Gemma 3 270M's Q6_K ffn_down on AVX2)."""
+    return n_passes > 1 and stays_cached(n_weights) and beats_int4_passes(n_passes)
+
+
 def beats_int4_passes(n_passes: int) -> bool:
     """Whether a bf16 copy of a matrix that stays in the CPU's caches, computed row by row as
     RowExactLinear does, costs clearly less than torch's int4 kernel in n_passes passes, for one
