@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from app.engine.drafter_kinds import NGRAM_KINDS, ModParams
 from app.engine.errors import SpeculaError
 
 IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache")
@@ -16,7 +17,7 @@ IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache
 NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v")
 # --spec-type name -> the engine's drafter kind (app.engine.pair)
 ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
-MOD_DEFAULTS = (24, 0, 64)  # n-match, n-min, n-max (llama.cpp's: 24, 48, 64)
+MOD_DEFAULTS = (ModParams().n_match, ModParams().n_min, ModParams().n_max)  # the engine's own defaults
 
 SPEC_TYPE_HELP = (
     "comma-separated, combined as in llama.cpp: none, draft-simple (the -md model), ngram-simple "
@@ -105,6 +106,6 @@ def spec_choice(args: argparse.Namespace) -> SpecChoice:
     if "ngram-mod" in types and (mod[0] < 1 or mod[1] < 0 or mod[2] < 1):
         raise UsageError("--spec-ngram-mod-n-match and -n-max must be at least 1, -n-min at least 0")
     kinds = {ENGINE_KIND[t] for t in types if t in ENGINE_KIND}
-    # In the engine's tie order (app.engine.pair.NGRAM_KINDS), whatever order they were given in.
-    ngram = "+".join(k for k in ("ngram-mod", "lookup", "ngram-cache") if k in kinds) or "none"
+    # In the engine's tie order, whatever order they were given in.
+    ngram = "+".join(k for k in NGRAM_KINDS if k in kinds) or "none"
     return SpecChoice(ngram, draft_model, cache_file, mod)  # type: ignore[arg-type]

@@ -5,7 +5,6 @@ another one through text (TextDrafter)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.compat import DraftCheck, check_draft
@@ -17,22 +16,9 @@ from app.engine.ngram_cache import N_MAX, NgramCache, vocab_key
 from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.text_drafter import TextDrafter
 
-LOOKUP = "lookup"
-NONE = "none"
-NGRAM_CACHE = "ngram-cache"
-NGRAM_MOD = "ngram-mod"
-LOOKUP_CACHE = f"{LOOKUP}+{NGRAM_CACHE}"  # the window's "prompt lookup + n-gram cache"
-NGRAM_KINDS = (NGRAM_MOD, LOOKUP, NGRAM_CACHE)  # in the order a tie between matches goes
-
-
-@dataclass(frozen=True)
-class ModParams:
-    """`--spec-ngram-mod-*`: our ngram-mod is prompt lookup on exactly the last n_match tokens,
-    drafting n_min..n_max tokens (inside the loop's own draft ceiling)."""
-
-    n_match: int = 24
-    n_min: int = 0
-    n_max: int = 64
+# The kinds' names and ngram-mod's parameters live where the CLI can read them without torch.
+from app.engine.drafter_kinds import (LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NGRAM_KINDS, NGRAM_MOD,  # noqa: F401
+                                      NONE, ModParams)
 
 
 def kind_parts(kind: str) -> list[str]:
