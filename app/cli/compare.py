@@ -116,7 +116,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bar.done()
     print(format_table(run))
     print(f"verdict: {verdict(run)}")
-    reproduce = reproduce_line(run)
+    reproduce = reproduce_line(run, request.dtype, request.int4)
     if reproduce is not None:
         print(reproduce)
     if args.csv:

@@ -100,10 +100,29 @@ def run_command(choice: Fastest) -> str:
     return shlex.join(["specula", "run", *run_flags(choice)])
 
 
-def reproduce_line(run: CompareRun) -> str | None:
-    """The command line's last line: which configuration won and how to run it again."""
+def setting_flags(settings: RunSettings, dtype: str = "auto", int4: bool = True) -> list[str]:
+    """The `specula run` flags of what every configuration of a run shared: the reply length, the
+    sampling when it was not greedy (`run` is greedy by default too only with --temp 0), and the
+    precision when it was forced."""
+    flags = ["-n", str(settings.n_predict)]
+    if settings.greedy:
+        flags += ["--temp", "0"]
+    else:
+        flags += ["--temp", f"{settings.temperature:g}", "--top-k", str(settings.top_k), "--top-p",
+                  f"{settings.top_p:g}", "--min-p", f"{settings.min_p:g}", "--seed", str(settings.seed)]
+    if dtype != "auto":
+        flags += ["--dtype", dtype]
+    if not int4:
+        flags.append("--no-int4")
+    return flags
+
+
+def reproduce_line(run: CompareRun, dtype: str = "auto", int4: bool = True) -> str | None:
+    """The command line's last line: which configuration won and how to run it again, with the
+    settings the run shared (setting_flags)."""
     choice = fastest(run)
     if choice is None:
         return None
-    return f"reproduce the fastest ({choice.describe()}): {run_command(choice)}"
+    command = shlex.join(["specula", "run", *run_flags(choice), *setting_flags(run.settings, dtype, int4)])
+    return f"reproduce the fastest ({choice.describe()}): {command}"
 
