@@ -66,3 +66,13 @@ def test_combined_confidence_needs_one_confident_matcher_or_every_one_saying_no(
     assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(chatting) is None
     assert CombinedDrafter([PromptLookupDrafter()], Drafter()).confident(chatting) is None
     assert CombinedDrafter([PromptLookupDrafter(), PromptLookupDrafter(2, 2)]).confident(chatting) is False
+
+
+def test_the_index_follows_a_growing_context_and_rebuilds_for_another():
+    lookup = PromptLookupDrafter()
+    context = SOURCE + [5] + SOURCE[:3]
+    assert lookup.match(context, 2) == (3, (13, 14))
+    context += [13, 14]  # a step appended the accepted draft
+    assert lookup.match(context, 2) == (3, (15, 16))
+    assert lookup.match([7, 8, 9, 7, 8], 1) == (2, (9,))  # another conversation: not the old index
+    assert lookup.match(context, 2) == (3, (15, 16))
