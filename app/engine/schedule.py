@@ -59,8 +59,8 @@ _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without 
 class DraftSchedule(Protocol):
     def length(self, budget: int, confident: Confidence = None) -> int:
         """Most tokens to draft at this step (at most `budget`). `confident`, asked only where
-        the schedule would not draft, says whether the drafter sees a likely draft
-        (Drafter.confident)."""
+        its answer changes the length (the schedule would not draft, or nothing is known yet),
+        says whether the drafter sees a likely draft (Drafter.confident)."""
 
     def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
                draft_s: float | None = None) -> None:
