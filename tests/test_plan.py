@@ -148,7 +148,7 @@ def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, mo
     # Layer matrices that load as bf16 rows instead of int4 on this CPU (a probe of each process)
     # change the int4 plan's costs: a flipped probe is another entry.
     with monkeypatch.context() as patch:
-        patch.setattr(rowexact, "replaces_int4", lambda n_passes, n_weights: True)
+        patch.setattr(rowexact, "replaces_int4", lambda tensor: True)
         assert "bf16 rows:" in cpu_plan.shape_key(info, options)
         assert cpu_plan.cached_curves(info, options) is None
         assert "bf16 rows:" not in cpu_plan.shape_key(info, [cpu_plan.FLOAT32, cpu_plan.BF16])

@@ -7,7 +7,7 @@ Plain argparse and data only: `specula --help` must not import torch.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from app.engine.drafter_kinds import NGRAM_KINDS, ModParams
 from app.engine.errors import SpeculaError
@@ -17,7 +17,7 @@ IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache
 NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v")
 # --spec-type name -> the engine's drafter kind (app.engine.pair)
 ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
-MOD_DEFAULTS = (ModParams().n_match, ModParams().n_min, ModParams().n_max)  # the engine's own defaults
+MOD_DEFAULTS = astuple(ModParams())  # the engine's own (n-match, n-min, n-max)
 
 SPEC_TYPE_HELP = (
     "comma-separated, combined as in llama.cpp: none, draft-simple (the -md model), ngram-simple "

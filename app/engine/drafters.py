@@ -120,11 +120,7 @@ class PromptLookupDrafter(Drafter):
         """Tokens of an earlier passage that the context ends with, as match() finds them (0 for
         none): its n-gram and the tokens matching before it."""
         ids = self._index.update(context)
-        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
-            found = self._occurrence(ids, len(ids) - n, n)
-            if found is not None:
-                return n + found[1]
-        return 0
+        return next((n + before for n, _, before in self._matches(ids)), 0)
 
     def match(self, context: Sequence[int], max_tokens: int) -> tuple[int, tuple[int, ...]]:
         """(length of the matched n-gram, the tokens that followed it); (0, ()) for none. A copy
@@ -134,9 +130,8 @@ class PromptLookupDrafter(Drafter):
         if max_tokens <= 0:
             return 0, ()
         ids = self._index.update(context)
-        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
-            found = self._occurrence(ids, len(ids) - n, n)
-            if found is not None and self._fits(follow := ids[found[0] + n : found[0] + n + max_tokens]):
+        for n, start, _ in self._matches(ids):
+            if self._fits(follow := ids[start + n : start + n + max_tokens]):
                 return n, tuple(follow)
         if not self.past_replaced:
             return 0, ()
@@ -148,6 +143,14 @@ class PromptLookupDrafter(Drafter):
                     return 1, tuple(follow)
                 break
         return 0, ()
+
+    def _matches(self, ids: list[int]) -> Iterator[tuple[int, int, int]]:
+        """(n, start, matched tokens before it) of the best earlier occurrence of the context's
+        last n tokens (_occurrence), for each n that has one, longest first."""
+        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
+            found = self._occurrence(ids, len(ids) - n, n)
+            if found is not None:
+                yield n, *found
 
     def _fits(self, follow: list[int]) -> bool:
         return bool(follow) and len(follow) >= self.draft_min

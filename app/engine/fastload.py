@@ -202,16 +202,9 @@ def packable_layer_linear(model: torch.nn.Module, hf_name: str | None, tensor) -
     linear = model.get_submodule(module_name)
     if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
         return None
-    if _bf16_rows_cheaper(tensor):
+    if rowexact.replaces_int4(tensor):  # a small Q6_K matrix this CPU computes for less in bf16 rows
         return None
     return linear
-
-
-def _bf16_rows_cheaper(tensor) -> bool:
-    """A matrix of several int4 passes (Q6_K: four) small enough to stay in the caches, where this
-    CPU computes its bf16 copy row by row for less (rowexact.beats_int4_passes: on AVX2); it then
-    loads as bf16, computed row by row (the same bits in a verify as in decoding)."""
-    return rowexact.replaces_int4(INT4_PASSES[tensor.ggml_type], tensor.shape[0] * tensor.shape[1])
 
 
 def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):

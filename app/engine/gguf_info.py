@@ -153,7 +153,7 @@ def int4_packable(ggml_type: str, shape: tuple[int, ...], head: bool = False) ->
     weight): worth it in the layers, where a verify's rows cost less with them (and come out as
     decoding's), not for an output projection, which would be held beside a tied bf16 table.
     (Where a CPU computes a small bf16 copy row by row for clearly less, the loader keeps that
-    instead: fastload.packable_layer_linear; memory_bytes then overcounts 0.5 bytes per weight.)"""
+    instead: rowexact.replaces_int4; memory_bytes then overcounts 0.5 bytes per weight.)"""
     if head and ggml_type == "Q6_K":
         return False
     return ggml_type in INT4_PASSES and len(shape) == 2 and shape[1] % INT4_GROUP == 0 and shape[0] % 16 == 0

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from app.engine.cpu import rowexact
-from app.engine.gguf_info import INT4_PASSES, GGUFInfo
+from app.engine.gguf_info import GGUFInfo
 from app.engine.schedule import expected_tokens
 
 log = logging.getLogger(__name__)
@@ -166,9 +166,8 @@ def shape_key(info: GGUFInfo, options: list[PlanOption]) -> str:
              *(f"{t.name}{list(t.shape)}" for t in info.tensors if t.name.startswith(("blk.0.", "token_embd", "output"))),
              *types, ",".join(o.name for o in options)]
     if any(o.int4 for o in options):
-        as_bf16 = sorted({f"{_short(t.name)}:{t.ggml_type}" for t in info.tensors if t.name.startswith("blk.")
-                          and len(t.shape) == 2 and t.ggml_type in INT4_PASSES
-                          and rowexact.replaces_int4(INT4_PASSES[t.ggml_type], t.shape[0] * t.shape[1])})
+        as_bf16 = sorted({f"{_short(t.name)}:{t.ggml_type}" for t in info.tensors
+                          if t.name.startswith("blk.") and rowexact.replaces_int4(t)})
         if as_bf16:
             parts.append("bf16 rows:" + ",".join(as_bf16))
     return "|".join(parts)

@@ -26,6 +26,7 @@ import logging
 import torch
 
 from app.engine.cpu.probe import fastest
+from app.engine.gguf_info import INT4_PASSES, int4_packable
 
 from app.engine.cpu.attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
 
@@ -74,11 +75,16 @@ def stays_cached(n_weights: int) -> bool:
     return n_weights * 2 <= MAX_BYTES
 
 
-def replaces_int4(n_passes: int, n_weights: int) -> bool:
-    """Whether a layer matrix of this many int4 passes and weights loads as bf16 computed row by
-    row instead (app.engine.fastload): several passes, small enough to stay in the caches, and
-    clearly cheaper so on this CPU (beats_int4_passes; Gemma 3 270M's Q6_K ffn_down on AVX2)."""
-    return n_passes > 1 and stays_cached(n_weights) and beats_int4_passes(n_passes)
+def replaces_int4(tensor) -> bool:
+    """Whether a file's layer matrix (a GGUF tensor's type and shape) that the int4 kernel could
+    run loads as bf16 computed row by row instead (app.engine.fastload; the plan cache's key):
+    several passes, small enough to stay in the caches, and clearly cheaper so on this CPU
+    (beats_int4_passes; Gemma 3 270M's Q6_K ffn_down on AVX2), the same bits in a verify as in
+    decoding."""
+    if not int4_packable(tensor.ggml_type, tensor.shape):
+        return False
+    n_passes, (n, k) = INT4_PASSES[tensor.ggml_type], tensor.shape
+    return n_passes > 1 and stays_cached(n * k) and beats_int4_passes(n_passes)
 
 
 def beats_int4_passes(n_passes: int) -> bool:
