@@ -82,9 +82,9 @@ def test_stacked_layers_decode_and_verify_as_the_separate_matrices_do(demo_path,
     loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16", int4=int4)
     stacked_kv = loaded.kv_model()
     stack = stacked_kv._lean
-    assert all(s.qkv is not None and s.gate_up is not None for s in stack._stacked)
-    apart = LeanStack(stack.base, stack.gemma)
-    apart._stacked = [fused_layer.__class__(None, fused_layer.heads, None, None) for fused_layer in stack._stacked]
+    assert stack.all_stacked
+    apart = LeanStack(stack.base, stack.gemma, stacked=False)
+    assert not any(layer.qkv is not None or layer.gate_up is not None for layer in apart._layers)
     apart_kv = loaded.kv_model()
     apart_kv._lean = apart
     assert loaded.kv_model()._lean is stack  # built once per model

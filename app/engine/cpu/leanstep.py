@@ -22,11 +22,14 @@ rotation is written as a roll with a signed sine, the same products and sums): t
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 from app.engine.cpu.attention import ROW_BY_ROW, ROW_BY_ROW_QUERIES, uses_cpu_attention
 from app.engine.cpu.fused import stack
+from app.engine.cpu.quantlinear import Int4Linear
 
 MAX_TOKENS = ROW_BY_ROW_QUERIES
 _LLAMA_LIKE = {"llama", "qwen2"}
@@ -35,16 +38,16 @@ _LLAMA_LIKE = {"llama", "qwen2"}
 class LeanStack:
     """hidden(new_ids, cache, start) -> the final-normed hidden states [M, D] of the new tokens."""
 
-    def __init__(self, base: torch.nn.Module, gemma: bool) -> None:
+    def __init__(self, base: torch.nn.Module, gemma: bool, stacked: bool = True) -> None:
+        """stacked=False keeps every matrix its own product (tests compare the two)."""
         self.base, self.gemma = base, gemma
         self.config = base.config
         self.layer_types = list(getattr(self.config, "layer_types", None) or ["full_attention"] * len(base.layers))
-        self.window = getattr(self.config, "sliding_window", None)
-        self._norm = self._gemma_norm if gemma else _llama_norm
-        # Gemma's norms scale by (1 + w) in float32: computed once per norm module.
-        self._gemma_scales = {id(m): 1.0 + m.weight.float() for m in base.modules()
-                              if gemma and type(m).__name__ == "Gemma3RMSNorm"}
-        self._stacked = [_StackedLayer.of(layer, self._gemma_scales) for layer in base.layers]
+        window = getattr(self.config, "sliding_window", None)
+        norm = _GemmaNorm.of if gemma else _LlamaNorm.of
+        self._final_norm = norm(base.norm)
+        self._layers = [_Layer(layer, norm, gemma, stacked, window if kind == "sliding_attention" else None)
+                        for layer, kind in zip(base.layers, self.layer_types)]
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> "LeanStack | None":
@@ -66,21 +69,19 @@ class LeanStack:
             return cls(base, gemma=True)
         return None
 
+    @property
+    def all_stacked(self) -> bool:
+        return all(layer.qkv is not None and layer.gate_up is not None for layer in self._layers)
+
     @torch.inference_mode()
     def hidden(self, new_ids: list[int], cache, start: int) -> torch.Tensor:
         ids = torch.tensor([new_ids], dtype=torch.long)
         x = self.base.embed_tokens(ids)[0]  # [M, D]; Gemma's embedding scales itself
         positions = torch.arange(start, start + len(new_ids))[None]
         rotary = {kind: self._rotary(x, positions, kind) for kind in set(self.layer_types)}
-        for index, layer in enumerate(self.base.layers):
-            kind = self.layer_types[index]
-            window = self.window if kind == "sliding_attention" else None
-            x = self._layer(layer, index, x, rotary[kind], cache, start, window)
-        return self._norm(self.base.norm, x)
-
-    def _gemma_norm(self, norm, x: torch.Tensor) -> torch.Tensor:
-        """Gemma3RMSNorm: normalized and scaled by (1 + w) in float32, then rounded."""
-        return _gemma_scaled(x, self._gemma_scales[id(norm)], norm.eps)
+        for index, (layer, kind) in enumerate(zip(self._layers, self.layer_types)):
+            x = layer.forward(x, index, rotary[kind], cache, start)
+        return self._final_norm(x)
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and the signed sin of _rope, [M, 1, head_dim] (broadcast over heads)."""
@@ -89,111 +90,161 @@ class LeanStack:
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         return cos[0][:, None, :], sin[0][:, None, :]
 
-    def _layer(self, layer, index, x, rotary, cache, start, window) -> torch.Tensor:
-        norm = self._norm
-        stacked = self._stacked[index]
-        attention = self._attention(layer.self_attn, index, norm(layer.input_layernorm, x), rotary, cache, start, window)
-        if self.gemma:
-            x = x + norm(layer.post_attention_layernorm, attention)
-            mlp = stacked.mlp(layer.mlp, norm(layer.pre_feedforward_layernorm, x))
-            return x + norm(layer.post_feedforward_layernorm, mlp)
-        x = x + attention
-        return x + stacked.mlp(layer.mlp, norm(layer.post_attention_layernorm, x))
 
-    def _qk_v(self, attn, index, x, rotary) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class _Layer:
+    """One decoder layer, its weights and settings read once from transformers' modules into plain
+    attributes: a step then looks up no module attribute (each costs about a microsecond through
+    nn.Module, and a step of SmolLM2 made about 600) and calls the products directly.
+
+    Each layer's q, k and v projections run as one stacked product where they can, and so do the
+    MLP's gate and up (app.engine.cpu.fused)."""
+
+    def __init__(self, layer: torch.nn.Module, norm, gemma: bool, stacked: bool, window: int | None) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.gemma, self.window = gemma, window
+        self.head_dim, self.scaling = attn.head_dim, attn.scaling
+        self.row_by_row = bool(getattr(attn, ROW_BY_ROW, False))
+        self.n_q, self.n_kv = attn.q_proj.out_features // attn.head_dim, attn.k_proj.out_features // attn.head_dim
+        qkv = stack([attn.q_proj, attn.k_proj, attn.v_proj]) if stacked else None
+        gate_up = stack([mlp.gate_proj, mlp.up_proj]) if stacked else None
+        # Products are taken after stacking, which gives the separate modules views of the stack.
+        self.qkv, self.gate_up = _product(qkv), _product(gate_up)
+        self.q, self.k, self.v = _product(attn.q_proj), _product(attn.k_proj), _product(attn.v_proj)
+        self.o, self.down = _product(attn.o_proj), _product(mlp.down_proj)
+        self.gate, self.up = _product(mlp.gate_proj), _product(mlp.up_proj)
+        self.gate_up_split = [mlp.gate_proj.out_features, mlp.up_proj.out_features]
+        self.act = mlp.act_fn.forward if isinstance(mlp.act_fn, torch.nn.Module) else mlp.act_fn
+        self.input_norm = norm(layer.input_layernorm)
+        self.post_attention_norm = norm(layer.post_attention_layernorm)
+        if gemma:
+            self.pre_feedforward_norm = norm(layer.pre_feedforward_layernorm)
+            self.post_feedforward_norm = norm(layer.post_feedforward_layernorm)
+            self.q_norm, self.k_norm = norm(attn.q_norm), norm(attn.k_norm)
+        # Gemma's q and k head norms, stacked like q and k (one norm over both) where their
+        # epsilons agree; Llama-like q and k are rotated together without norms.
+        self.qk_norm = (_GemmaNorm(torch.cat([self.q_norm.scale.expand(self.n_q, -1),
+                                              self.k_norm.scale.expand(self.n_kv, -1)]), self.q_norm.eps)
+                        if gemma and self.qkv is not None and self.q_norm.eps == self.k_norm.eps else None)
+
+    def forward(self, x: torch.Tensor, index: int, rotary, cache, start: int) -> torch.Tensor:
+        attention = self.attention(self.input_norm(x), index, rotary, cache, start)
+        if self.gemma:
+            x = x + self.post_attention_norm(attention)
+            return x + self.post_feedforward_norm(self.mlp(self.pre_feedforward_norm(x)))
+        x = x + attention
+        return x + self.mlp(self.post_attention_norm(x))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up is None:
+            return self.down(self.act(self.gate(x)) * self.up(x))
+        gate, up = self.gate_up(x).split(self.gate_up_split, dim=-1)
+        return self.down(self.act(gate) * up)
+
+    def qk_v(self, x: torch.Tensor, rotary) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q, k, v) of the new tokens, q and k normed (Gemma) and rotated:
         [M, heads, head_dim] each."""
-        n_tokens, head_dim = x.shape[0], attn.head_dim
-        stacked = self._stacked[index]
+        n_tokens, n_q, n_kv = x.shape[0], self.n_q, self.n_kv
         cos, sin = rotary
-        if stacked.qkv is not None:
-            n_q, n_kv = stacked.heads
-            states = stacked.qkv.forward(x).view(n_tokens, n_q + 2 * n_kv, head_dim)
+        if self.qkv is not None:
+            states = self.qkv(x).view(n_tokens, n_q + 2 * n_kv, self.head_dim)
             qk, v = states[:, : n_q + n_kv], states[:, n_q + n_kv :]
-            if not self.gemma or stacked.qk_scale is not None:  # q and k normed and rotated together
+            if not self.gemma or self.qk_norm is not None:  # q and k normed and rotated together
                 if self.gemma:
-                    qk = _gemma_scaled(qk, stacked.qk_scale, attn.q_norm.eps)
+                    qk = self.qk_norm(qk)
                 qk = _rope(qk, cos, sin)
                 return qk[:, :n_q], qk[:, n_q:], v
             q, k = qk[:, :n_q], qk[:, n_q:]  # Gemma head norms of different epsilons: each its own
         else:
-            q = attn.q_proj.forward(x).view(n_tokens, -1, head_dim)
-            k = attn.k_proj.forward(x).view(n_tokens, -1, head_dim)
-            v = attn.v_proj.forward(x).view(n_tokens, -1, head_dim)
+            q = self.q(x).view(n_tokens, -1, self.head_dim)
+            k = self.k(x).view(n_tokens, -1, self.head_dim)
+            v = self.v(x).view(n_tokens, -1, self.head_dim)
         if self.gemma:
-            q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
+            q, k = self.q_norm(q), self.k_norm(k)
         return _rope(q, cos, sin), _rope(k, cos, sin), v
 
-    def _attention(self, attn, index, x, rotary, cache, start, window) -> torch.Tensor:
+    def attention(self, x: torch.Tensor, index: int, rotary, cache, start: int) -> torch.Tensor:
         n_tokens = x.shape[0]
-        q, k, v = self._qk_v(attn, index, x, rotary)
+        q, k, v = self.qk_v(x, rotary)
         keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], index)
+        keys, values = keys.float(), values.float()  # no copies: KVModel's cache holds float32
         # The cache returns its last keys; the first of them is at this absolute position.
         first = start + n_tokens - keys.shape[2]
-        query, keys, values = q.float().transpose(0, 1)[None], keys.float(), values.float()  # [1, H, M, head_dim]
         ranges = []
         for i in range(n_tokens):
             position = start + i
-            lo = 0 if window is None else max(0, position - window + 1)
+            lo = 0 if self.window is None else max(0, position - self.window + 1)
             ranges.append((lo - first, position + 1 - first))
         if ranges[0][0] < 0:  # never with transformers' layers as KVModel sets them up
             raise RuntimeError(f"layer {index}: the cache holds fewer keys than position {start} attends to")
-        gqa = query.shape[1] != keys.shape[1]
-        if n_tokens == 1 or getattr(attn, ROW_BY_ROW, False):
-            rows = [F.scaled_dot_product_attention(query[:, :, i : i + 1], keys[:, :, a:b], values[:, :, a:b],
-                                                   scale=attn.scaling, enable_gqa=gqa)
-                    for i, (a, b) in enumerate(ranges)]
-            out = rows[0] if n_tokens == 1 else torch.cat(rows, dim=2)  # [1, H, M, head_dim]
+        gqa = self.n_q != self.n_kv
+        if n_tokens == 1:  # decoding: one query over a range that is mostly all the keys
+            (a, b), = ranges
+            if a or b != keys.shape[2]:
+                keys, values = keys[:, :, a:b], values[:, :, a:b]
+            out = F.scaled_dot_product_attention(q.float().view(1, self.n_q, 1, self.head_dim), keys, values,
+                                                 scale=self.scaling, enable_gqa=gqa)
+            return self.o(out.reshape(1, -1).to(x.dtype))
+        query = q.float().transpose(0, 1)[None]  # [1, H, M, head_dim]
+        if self.row_by_row:
+            out = torch.cat([F.scaled_dot_product_attention(query[:, :, i : i + 1], keys[:, :, a:b], values[:, :, a:b],
+                                                            scale=self.scaling, enable_gqa=gqa)
+                             for i, (a, b) in enumerate(ranges)], dim=2)  # [1, H, M, head_dim]
         else:
             mask = torch.zeros(n_tokens, keys.shape[2], dtype=torch.bool)
             for i, (a, b) in enumerate(ranges):
                 mask[i, a:b] = True
-            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask[None, None], scale=attn.scaling,
+            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask[None, None], scale=self.scaling,
                                                  enable_gqa=gqa)
-        out = out[0].transpose(0, 1).reshape(n_tokens, -1).to(x.dtype)
-        return attn.o_proj.forward(out)
+        return self.o(out[0].transpose(0, 1).reshape(n_tokens, -1).to(x.dtype))
 
 
-class _StackedLayer:
-    """A layer's stacked products (None where its matrices cannot be stacked)."""
+def _product(module: torch.nn.Module | None):
+    """x -> module(x) for the 2-D bf16 rows of a step, without nn.Module's call machinery:
+    torch's int4 kernel on the packed passes, or F.linear on the bf16 weight (the ops
+    module.forward runs); None for None."""
+    if module is None:
+        return None
+    if isinstance(module, Int4Linear):
+        return module.forward
+    if type(module) is torch.nn.Linear:
+        return functools.partial(F.linear, weight=module.weight, bias=module.bias)
+    return module.forward
 
-    def __init__(self, qkv, heads: tuple[int, int], qk_scale, gate_up) -> None:
-        self.qkv, self.heads, self.qk_scale, self.gate_up = qkv, heads, qk_scale, gate_up
+
+class _GemmaNorm:
+    """Gemma3RMSNorm over the last dimension: normalized and scaled by (1 + w) in float32, then
+    rounded; scale (1 + w) computed once, broadcast to the input."""
+
+    def __init__(self, scale: torch.Tensor, eps: float) -> None:
+        self.scale, self.eps = scale, eps
 
     @classmethod
-    def of(cls, layer, gemma_scales: dict) -> "_StackedLayer":
-        attn, mlp = layer.self_attn, layer.mlp
-        qkv = stack([attn.q_proj, attn.k_proj, attn.v_proj])
-        heads = (attn.q_proj.out_features // attn.head_dim, attn.k_proj.out_features // attn.head_dim)
-        qk_scale = None
-        if qkv is not None and gemma_scales and attn.q_norm.eps == attn.k_norm.eps:
-            # Gemma: q's and k's head-norm scales, stacked like them (one norm over both)
-            qk_scale = torch.cat([gemma_scales[id(attn.q_norm)].expand(heads[0], -1),
-                                  gemma_scales[id(attn.k_norm)].expand(heads[1], -1)])
-        return cls(qkv, heads, qk_scale, stack([mlp.gate_proj, mlp.up_proj]))
+    def of(cls, norm: torch.nn.Module) -> "_GemmaNorm":
+        return cls(1.0 + norm.weight.float(), norm.eps)
 
-    def mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up is None:
-            return mlp.down_proj.forward(mlp.act_fn(mlp.gate_proj.forward(x)) * mlp.up_proj.forward(x))
-        gate, up = self.gate_up.forward(x).split([mlp.gate_proj.out_features, mlp.up_proj.out_features], dim=-1)
-        return mlp.down_proj.forward(mlp.act_fn(gate) * up)
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        tf = t.float()
+        tf = tf * torch.rsqrt(tf.square().mean(-1, keepdim=True) + self.eps)
+        return (tf * self.scale).to(t.dtype)
+
+
+class _LlamaNorm:
+    """LlamaRMSNorm (and Qwen2's): normalized in float32, rounded, then scaled."""
+
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        self.weight, self.eps = weight, eps
+
+    @classmethod
+    def of(cls, norm: torch.nn.Module) -> "_LlamaNorm":
+        return cls(norm.weight, norm.variance_epsilon)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
 
 
 def _rope(t: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """t * cos + rotate_half(t) * sin, transformers' rotation: rotate_half(t) * sin is
     roll(t) * (the sin with its first half negated), product for product."""
     return t * cos + t.roll(t.shape[-1] // 2, -1) * signed_sin
-
-
-def _gemma_scaled(t: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
-    """Gemma3RMSNorm over the last dimension, scaled by `scale` ((1 + w), broadcast to t) in float32."""
-    tf = t.float()
-    tf = tf * torch.rsqrt(tf.square().mean(-1, keepdim=True) + eps)
-    return (tf * scale).to(t.dtype)
-
-
-def _llama_norm(norm, x: torch.Tensor) -> torch.Tensor:
-    """LlamaRMSNorm (and Qwen2's): normalized in float32, rounded, then scaled."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * xf.to(x.dtype)
