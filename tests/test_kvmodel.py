@@ -58,3 +58,21 @@ def test_a_rejected_first_draft_computes_one_run_and_all_fills_in_the_rest_at_on
 
 def kv_head_is_int4(demo) -> bool:
     return isinstance(demo.model.get_output_embeddings(), quantlinear.Int4Linear)
+
+
+@pytest.mark.parametrize("size", [50, 1000, 65536, 65536 + 1000, 262144])
+def test_first_argmax_is_torch_argmax_on_ties_infinities_and_nans(size):
+    """The chunked argmax gives torch's index: the first of tied maxima, the first NaN."""
+    from app.engine.kvmodel import first_argmax
+
+    generator = torch.Generator().manual_seed(size)
+    for trial in range(40):
+        row = (torch.randint(-3, 4, (size,), generator=generator).float() if trial % 2
+               else torch.randn(size, generator=generator).to(torch.bfloat16).float())
+        if trial % 5 == 1:
+            row[int(torch.randint(size, (1,), generator=generator))] = float("nan")
+        if trial % 7 == 2:
+            row[-1] = float("inf")
+        if trial % 9 == 3:
+            row[:] = float("-inf")
+        assert first_argmax(row) == int(row.argmax())

@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from app.engine.kvmodel import KVModel
+from app.engine.kvmodel import KVModel, first_argmax
 from app.engine.sampling import SamplingParams, logits_to_probs, make_generator, sample
 
 
@@ -246,7 +246,7 @@ class ModelDrafter(Drafter):
             # sampled token would skew the proposal away from q and break exact sampling.
             if float(q.max()) < self.p_min:
                 break  # the draft is unsure: stop rather than waste verify work
-            token = int(q.argmax()) if self.sampling.greedy else sample(q, self.generator)
+            token = first_argmax(q) if self.sampling.greedy else sample(q, self.generator)
             tokens.append(token)
             dists.append(q)
             if len(tokens) >= max_tokens:

@@ -26,6 +26,25 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+_ARGMAX_CHUNK = 1024
+
+
+def first_argmax(row: torch.Tensor) -> int:
+    """int(row.argmax()) for a 1-D float row: the first index of the largest value (of the first
+    NaN, if any). torch's argmax over a whole vocabulary runs one slow pass (0.33 ms for 262k
+    logits, AVX2); the maxima of chunks, then the first chunk holding the largest, then its own
+    argmax give the same index in 0.06 ms."""
+    n = row.shape[0]
+    main = n - n % _ARGMAX_CHUNK
+    if n < 64 * _ARGMAX_CHUNK:
+        return int(row.argmax())
+    maxima = row[:main].reshape(-1, _ARGMAX_CHUNK).amax(1)
+    if main < n:
+        maxima = torch.cat([maxima, row[main:].amax(0, keepdim=True)])
+    first = int(maxima.argmax()) * _ARGMAX_CHUNK
+    return first + int(row[first : first + _ARGMAX_CHUNK].argmax())
+
+
 class KVModel:
     """Owns a model's DynamicCache; `ids` always equals the tokens whose keys/values it holds."""
 
@@ -168,7 +187,7 @@ class LogitRows:
             if self._screened is None:
                 self._screened = self._screen.rows(self._hidden)
             return self._screened.argmax(i)
-        return int(self.row(i).argmax())
+        return first_argmax(self.row(i))
 
     def all(self) -> torch.Tensor:
         """float32 logits [n, V]; rows already computed are not computed again."""

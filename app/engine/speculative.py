@@ -18,7 +18,7 @@ from app.engine.detok import IncrementalDetokenizer
 from app.engine.drafters import Draft, Drafter, NoDrafter
 from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
-from app.engine.kvmodel import KVModel, common_prefix_length
+from app.engine.kvmodel import KVModel, common_prefix_length, first_argmax
 from app.engine.sampling import (
     AcceptRule,
     RowProbs,
@@ -104,7 +104,7 @@ class _Counters:
 
 def _first_token(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:
     if sampling.greedy:
-        return int(logits.argmax())
+        return first_argmax(logits)
     return sample(logits_to_probs(logits.unsqueeze(0), sampling)[0], gen)
 
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from app.engine.drafters import Draft, Drafter
-from app.engine.kvmodel import KVModel, common_prefix_length
+from app.engine.kvmodel import KVModel, common_prefix_length, first_argmax
 from app.engine.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class TextDrafter(Drafter):
         while True:
             if self.p_min > 0.0 and float(torch.softmax(logits.float(), -1).max()) < self.p_min:
                 break  # the draft is unsure: stop rather than waste verify work
-            token = int(logits.argmax())
+            token = first_argmax(logits)
             if token in self.draft_stop:
                 break
             drafted.append(token)
