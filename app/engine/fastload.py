@@ -202,7 +202,7 @@ def packable_layer_linear(model: torch.nn.Module, hf_name: str | None, tensor) -
     linear = model.get_submodule(module_name)
     if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
         return None
-    if rowexact.replaces_int4(tensor):  # a small Q6_K matrix this CPU computes for less in bf16 rows
+    if rowexact.replaces_int4(tensor):  # a small multi-pass matrix this CPU computes for less in bf16 rows
         return None
     return linear
 
