@@ -30,6 +30,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: on a GPU bf16 or f16; on the CPU the plan measured fastest here, see `specula calibrate`)")
     parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
+    parser.add_argument("--int8-head", action="store_true", help="with --dtype bfloat16 on a CPU: the output projection in int8 (torch's fbgemm), its leading tokens' logits exact (with --dtype auto the measured plan decides)")
     if draft:
         from app.cli.spec_args import add_spec_flags
 

@@ -173,9 +173,11 @@ def _load_in_plan(args: argparse.Namespace, main: LoadedModel, plan_name: str) -
 
 # What `specula run` flags force each CPU plan (app.engine.cpu.plan).
 _PLAN_FLAGS = {
-    "float32": {"dtype": "float32", "no_int4": True},
-    "bf16": {"dtype": "bfloat16", "no_int4": True},
-    "bf16-int4": {"dtype": "bfloat16", "no_int4": False},
+    "float32": {"dtype": "float32", "no_int4": True, "int8_head": False},
+    "bf16": {"dtype": "bfloat16", "no_int4": True, "int8_head": False},
+    "bf16-int4": {"dtype": "bfloat16", "no_int4": False, "int8_head": False},
+    "bf16-i8head": {"dtype": "bfloat16", "no_int4": True, "int8_head": True},
+    "bf16-int4-i8head": {"dtype": "bfloat16", "no_int4": False, "int8_head": True},
 }
 
 
@@ -189,6 +191,8 @@ def _extra_plans(args: argparse.Namespace, main: LoadedModel) -> list[str]:
     if unknown:
         raise SystemExit(f"specula: error: unknown plan {unknown[0]!r} (known: {', '.join(_PLAN_FLAGS)})")
     current = "bf16-int4" if main.plan.int4 else {torch.float32: "float32", torch.bfloat16: "bf16"}.get(main.plan.dtype)
+    if current is not None and main.plan.int8_head:
+        current += "-i8head"
     return list(dict.fromkeys(n for n in names if n != current))
 
 

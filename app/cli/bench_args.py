@@ -27,7 +27,7 @@ def register(sub) -> None:
     bench.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows (shown when llama-cpp-python is installed)")
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
     bench.add_argument("--both-weights", action="store_true", help="also run every configuration with the weights dequantized (as --no-int4), in the same run")
-    bench.add_argument("--plans", metavar="P,P,...", help="also run every configuration in these CPU plans, in the same run: float32, bf16 (dequantized weights), bf16-int4 (e.g. --plans float32,bf16,bf16-int4 beside the measured default)")
+    bench.add_argument("--plans", metavar="P,P,...", help="also run every configuration in these CPU plans, in the same run: float32, bf16 (dequantized weights), bf16-int4, and bf16-i8head, bf16-int4-i8head (with an int8 head) (e.g. --plans float32,bf16,bf16-int4 beside the measured default)")
     bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     bench.set_defaults(func=_run_bench)
 

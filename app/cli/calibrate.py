@@ -30,7 +30,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(format_curves(choice.curves))
     for drafter in cpu_plan.EXPECTED_ACCEPTANCE:
         picked = cpu_plan.choose(choice.curves, drafter)
-        print(f"with drafter {drafter:6s}: {picked.option.name:9s} ({picked.reason})")
+        print(f"with drafter {drafter:6s}: {picked.option.name:16s} ({picked.reason})")
     from app.engine.loader import cpu_plan_options
 
     if cpu_plan.cached_curves(info, cpu_plan_options(info, not args.no_int4)) == choice.curves:
@@ -45,9 +45,9 @@ def format_curves(curves: dict) -> str:
     from app.engine.cpu.plan import MEASURED_TOKENS
 
     labels = ["1 token" if n == 1 else f"{n - 1} draft{'s' if n > 2 else ''}" for n in MEASURED_TOKENS]
-    head = "plan       " + "".join(f"{label:>11s}" for label in labels) + "   plain tok/s"
+    head = "plan             " + "".join(f"{label:>11s}" for label in labels) + "   plain tok/s"
     rows = [head]
     for name, curve in curves.items():
         cells = "".join(f"{s * 1000:9.1f}ms" for s in curve.seconds)
-        rows.append(f"{name:11s}{cells}   {1 / curve.cost(1):11.1f}")
+        rows.append(f"{name:17s}{cells}   {1 / curve.cost(1):11.1f}")
     return "\n".join(rows)

@@ -70,6 +70,7 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
     return load_model(
         resolve_model_arg(args.model), device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
         int4=not getattr(args, "no_int4", False), drafter=drafter_kind(args),
+        int8_head=getattr(args, "int8_head", False),
     )
 
 

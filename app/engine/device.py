@@ -30,6 +30,7 @@ class DevicePlan:
     n_gpu_layers: int
     n_layers: int
     int4: bool = False  # quantized layer weights run by torch's int4 CPU kernel (quantlinear)
+    int8_head: bool = False  # the output projection in int8 (app.engine.cpu.int8head)
 
     @property
     def all_on_gpu(self) -> bool:
@@ -50,7 +51,8 @@ class DevicePlan:
             where = f"{self.gpu.upper()} (all {self.n_layers} layers)"
         else:
             where = f"{self.gpu.upper()} {self.n_gpu_layers}/{self.n_layers} layers, rest on CPU"
-        return f"{where}, {self.dtype_name}" + (" + int4 weights" if self.int4 else "")
+        return (f"{where}, {self.dtype_name}" + (" + int4 weights" if self.int4 else "")
+                + (" + int8 head" if self.int8_head else ""))
 
 
 def available_gpu() -> str | None:

@@ -138,10 +138,13 @@ def load_weights(
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
     int4: bool = False,
+    on_table: Callable[[str, torch.Tensor], None] | None = None,
 ) -> None:
     """Fill `model`'s parameters from the file, in place, one tensor (or block of rows) in flight.
     With `int4`, the layers' linear weights in a 4-to-8-bit GGUF type keep their integers and run
     torch's int4 kernel instead (app.engine.cpu.quantlinear); their bf16 parameters are never written.
+    on_table(gguf name, parameter) is called as soon as the embedding or output matrix is filled
+    (usually the file's first tensor), so that work on it can start while the rest loads.
 
     Tensors are read with plain reads rather than a memory map so that the file's pages do not
     count against the process while it loads."""
@@ -159,6 +162,8 @@ def load_weights(
             if tensor.name in _ROW_CHUNKED and hf_name in params:
                 _copy_rows(params[hf_name], handle, tensor, info)
                 filled.add(hf_name)
+                if on_table is not None:
+                    on_table(tensor.name, params[hf_name])
                 continue
             raw = _read(handle, info, tensor.offset, tensor.n_bytes)
             if int4 and _pack_into(model, hf_name, raw, tensor, processor, name_map):
@@ -211,8 +216,7 @@ def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):
     """The file's tensor of the output projection (output.weight, else the tied embedding) when
     the int4 kernel can run it as the model's head; else None."""
     head = model.get_output_embeddings()
-    by_name = {t.name: t for t in info.tensors}
-    tensor = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    tensor = info.head_tensor()
     if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
         return None
     if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape, head=True):
@@ -307,15 +311,17 @@ def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) 
 
 
 def build_model(info: GGUFInfo, dtype: torch.dtype, progress: ProgressCallback | None = None,
-                cancel: CancelCheck | None = None, int4: bool = False) -> torch.nn.Module:
+                cancel: CancelCheck | None = None, int4: bool = False, int4_head: bool = True,
+                on_table: Callable[[str, torch.Tensor], None] | None = None) -> torch.nn.Module:
     """The model in `dtype`; with `int4` (bf16 on the CPU only) quantized layer weights stay
-    quantized (app.engine.cpu.quantlinear)."""
+    quantized (app.engine.cpu.quantlinear), and so does the output projection unless int4_head is
+    False (a plan with an int8 head: app.engine.cpu.int8head). on_table: see load_weights."""
     config = build_config(info)
     with no_init_weights():  # every parameter is overwritten from the file
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     int4 = int4 and dtype == torch.bfloat16
-    load_weights(model, info, config_dict(info), progress, cancel, int4=int4)
-    if int4:
+    load_weights(model, info, config_dict(info), progress, cancel, int4=int4, on_table=on_table)
+    if int4 and int4_head:
         pack_head(model, info)
     release_freed_memory()  # the float32 tensors each weight passed through
     return model.eval()

@@ -201,19 +201,26 @@ class GGUFInfo:
         toks = self.metadata.get("tokenizer.ggml.tokens")
         return toks if isinstance(toks, Sequence) and not isinstance(toks, str) else ()
 
-    def memory_bytes(self, dtype: str = "bfloat16", int4: bool = False) -> int:
+    def memory_bytes(self, dtype: str = "bfloat16", int4: bool = False, int8_head: bool = False) -> int:
         """Weights once loaded at `dtype`. A tied output shares token_embd, so it is counted once
         simply because the file holds it once. With `int4`, the layers' matrices and the output
         projection in a packable type stay quantized (a tied embedding keeps its `dtype` table
-        for the input lookup, plus the packed head and its screening bound)."""
+        for the input lookup, plus the packed head and its screening bound). With `int8_head` the
+        output projection keeps its `dtype` table (for its exact products) and adds its int8
+        weights as torch's fbgemm packs them, its K padded to blocks of 512 (Gemma 3 270M's 262k x
+        640 head: 267 MiB), and a few floats per token (app.engine.cpu.int8head)."""
+        head = self.head_tensor()
+        extra = 0
+        if int8_head and head is not None:
+            extra = head.shape[0] * (-(-(head.shape[1] + 2) // 512) * 512 + 48)
         if not int4:
-            return self.n_params * _dtype_size(dtype)
+            return self.n_params * _dtype_size(dtype) + extra
         size = _dtype_size(dtype)
-        has_output = any(t.name == "output.weight" for t in self.tensors)
-        total = 0.0
+        total = float(extra)
         for t in self.tensors:
-            is_head = t.name == "output.weight" or (t.name == "token_embd.weight" and not has_output)
-            if not (t.name.startswith("blk.") or is_head) or not int4_packable(t.ggml_type, t.shape, head=is_head):
+            is_head = t is head
+            if (not (t.name.startswith("blk.") or is_head) or (is_head and int8_head)
+                    or not int4_packable(t.ggml_type, t.shape, head=is_head)):
                 total += t.n_elements * size
                 continue
             total += t.n_elements * INT4_PASSES[t.ggml_type] * _INT4_BYTES_PER_PASS
@@ -222,6 +229,11 @@ class GGUFInfo:
             if t.name == "token_embd.weight":
                 total += t.n_elements * size  # the lookup table
         return int(total)
+
+    def head_tensor(self) -> "TensorInfo | None":
+        """The output projection: output.weight, else the embedding it is tied to."""
+        by_name = {t.name: t for t in self.tensors}
+        return by_name.get("output.weight") or by_name.get("token_embd.weight")
 
     def kv_bytes_per_token(self, dtype: str = "bfloat16", cpu: bool = False) -> int:
         """KV cache bytes per token of context: keys + values over every layer's KV heads. On the

@@ -52,7 +52,7 @@ class KVModel:
         self.model = model
         self.n_ctx = n_ctx or int(getattr(model.config, "max_position_embeddings", 4096))
         head = model.get_output_embeddings()
-        self.vocab_size = int(head.out_features if isinstance(head, Int4Linear) else head.weight.shape[0])
+        self.vocab_size = int(head.out_features if hasattr(head, "out_features") else head.weight.shape[0])
         self.device = next(model.parameters()).device
         # An int4 head's rows are computed when first asked for, a few at a time (LogitRows), so
         # that a verify stops computing them at the first rejected draft.

@@ -21,9 +21,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import fastload
-from app.engine.cpu import calibrate, quantlinear
+from app.engine.cpu import calibrate, int8head, quantlinear
 from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.attention import use_cpu_attention
+from app.engine.cpu.int8head import Int8Head
 from app.engine.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf_info import (GGUFInfo, check_tensor_table, format_bytes, int4_packable, read_gguf_info,
@@ -95,7 +96,7 @@ def estimate_load_bytes(info: GGUFInfo, plan: DevicePlan) -> int:
     quantized) plus one float32 tensor in flight (each tensor is dequantized to float32 before it
     is cast)."""
     largest = max((t.n_elements for t in info.tensors), default=0) * 4
-    return info.memory_bytes(plan.dtype_name, int4=plan.int4) + largest
+    return info.memory_bytes(plan.dtype_name, int4=plan.int4, int8_head=plan.int8_head) + largest
 
 
 def check_memory(info: GGUFInfo, plan: DevicePlan) -> None:
@@ -147,9 +148,12 @@ def load_model(
     cancel: CancelCheck | None = None,
     int4: bool = True,
     drafter: str = "none",
+    int8_head: bool = False,
 ) -> LoadedModel:
     """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
     int4=False dequantizes every weight to the dtype even where the int4 kernel could run it.
+    int8_head=True runs the output projection in int8 (app.engine.cpu.int8head) on a CPU bf16
+    load where it can run; with dtype "auto" the measured plan decides instead.
     With dtype "auto" on the CPU the plan is measured (app.engine.cpu.plan) for the drafter that
     will run ("none", "lookup", "draft")."""
     path = Path(path)
@@ -166,9 +170,10 @@ def load_model(
     choice = None
     if dtype == "auto" and _on_cpu(plan) and fastload.can_fast_load(info):
         choice = choose_cpu_plan(info, drafter, int4=int4, cancel=cancel, progress=report)
-        plan = replace(plan, dtype=choice.option.dtype, int4=choice.option.int4)
-    elif int4 and fastload.can_fast_load(info):
-        plan = replace(plan, int4=_use_int4(info, plan))
+        plan = replace(plan, dtype=choice.option.dtype, int4=choice.option.int4, int8_head=choice.option.int8_head)
+    elif fastload.can_fast_load(info):
+        plan = replace(plan, int4=int4 and _use_int4(info, plan),
+                       int8_head=int8_head and _int8_head_runs(info, plan))
     check_memory(info, plan)
     name = path.name
     try:
@@ -176,12 +181,24 @@ def load_model(
             # The tokenizer (a second of unpickling for a 262k vocabulary) loads on a thread while
             # the weights load: their torch kernels release the GIL.
             report("building tokenizer", 0.0)
-            with ThreadPoolExecutor(1, thread_name_prefix="specula-tokenizer") as pool:
+            with ThreadPoolExecutor(2, thread_name_prefix="specula-load") as pool:
                 tokenizer_job = pool.submit(fastload.load_tokenizer, info)
-                model = fastload.build_model(info, plan.dtype, progress, cancel, int4=plan.int4)
+                head_jobs = []
+                head_name = _head_tensor(info).name if plan.int8_head else None
+
+                def on_table(name: str, table: torch.Tensor) -> None:
+                    # The int8 head is packed from its table as soon as that is filled, while the
+                    # layers load (its packing, most of the work, releases the GIL).
+                    if name == head_name:
+                        head_jobs.append(pool.submit(Int8Head, table, cancel))
+
+                model = fastload.build_model(info, plan.dtype, progress, cancel, int4=plan.int4,
+                                             int4_head=not plan.int8_head, on_table=on_table)
                 tokenizer = tokenizer_job.result()
+                int8_head = head_jobs[0].result() if head_jobs else None
         else:
             tokenizer, model = _transformers_load(path, plan, progress, cancel)
+            int8_head = None
     except SpeculaError:
         raise
     except MemoryError as exc:
@@ -190,7 +207,7 @@ def load_model(
         raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
     model.eval()
     if plan.gpu is None:
-        prepare_cpu_model(model, plan.dtype, plan.int4)
+        prepare_cpu_model(model, plan.dtype, plan.int4, plan.int8_head, int8_head)
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
     rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)
     report("placing on device", 1.0)
@@ -200,14 +217,21 @@ def load_model(
     return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix, choice)
 
 
-def prepare_cpu_model(model: torch.nn.Module, dtype: torch.dtype, int4: bool) -> None:
+def prepare_cpu_model(model: torch.nn.Module, dtype: torch.dtype, int4: bool, int8_head: bool = False,
+                      built_head: Int8Head | None = None) -> None:
     """What a CPU model needs after its weights: float32 attention for half precision
-    (app.engine.cpu.attention), row-exact bf16 matrices beside int4 ones (app.engine.cpu.rowexact).
-    The calibration's shaped models get the same."""
+    (app.engine.cpu.attention), row-exact bf16 matrices beside int4 ones (app.engine.cpu.rowexact),
+    the int8 head where the plan has one (app.engine.cpu.int8head). The calibration's shaped
+    models get the same, but their int8 head (app.engine.cpu.calibrate)."""
     if dtype != torch.float32:
         use_cpu_attention(model, row_by_row=int4)
     if int4:
         wrap_linears(getattr(model, model.base_model_prefix).layers)
+    if int8_head:
+        table = model.get_output_embeddings().weight
+        if built_head is None or built_head.table is not table:  # built while loading: of this very table
+            built_head = Int8Head(table)
+        model.set_output_embeddings(built_head)
 
 
 def _on_cpu(plan: DevicePlan) -> bool:
@@ -221,6 +245,8 @@ def cpu_plan_options(info: GGUFInfo, int4: bool = True) -> list[cpu_plan.PlanOpt
     options = [cpu_plan.FLOAT32, cpu_plan.BF16]
     if int4 and _int4_runs(info):
         options.append(cpu_plan.BF16_INT4)
+    if int8head.available() and _head_tensor(info) is not None:
+        options += [cpu_plan.with_int8_head(o) for o in options if o.dtype == torch.bfloat16]
     limit = memory_limit_bytes()
     fitting = [o for o in options if limit is None or estimate_load_bytes(
         info, DevicePlan(None, o.dtype, 0, info.n_layers, o.int4)) <= limit]
@@ -244,6 +270,18 @@ def choose_cpu_plan(info: GGUFInfo, drafter: str = "none", *, int4: bool = True,
             log.warning("%s: the CPU was busy while its plan was measured; the next load measures again",
                         info.path.name)
     return cpu_plan.choose(curves, drafter)
+
+
+def _head_tensor(info: GGUFInfo):
+    """The file's output projection (output.weight, else the tied embedding), if 2-D."""
+    tensor = info.head_tensor()
+    return tensor if tensor is not None and len(tensor.shape) == 2 else None
+
+
+def _int8_head_runs(info: GGUFInfo, plan: DevicePlan) -> bool:
+    """The int8 head can run this load: all on the CPU in bf16, an engine here, a 2-D head."""
+    return (_on_cpu(plan) and plan.dtype == torch.bfloat16 and int8head.available()
+            and _head_tensor(info) is not None)
 
 
 def _use_int4(info: GGUFInfo, plan: DevicePlan) -> bool:

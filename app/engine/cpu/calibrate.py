@@ -29,6 +29,7 @@ from transformers.initialization import no_init_weights
 
 from app.engine import fastload
 from app.engine.cpu import quantlinear
+from app.engine.cpu.int8head import Int8Head
 from app.engine.cpu.plan import HOPELESS_STEP_RATIO, MEASURED_TOKENS, CostCurve, PlanOption
 from app.engine.errors import LoadCancelled
 from app.engine.fastload import packable_head_tensor, packable_layer_linear
@@ -53,6 +54,7 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
     such curves serve this load but should not be kept."""
     started = time.monotonic()
     curves, spreads, fastest = {}, [], float("inf")
+    int8_heads: dict[tuple[int, int], Int8Head] = {}
     # A plan whose verify is not row-exact never runs drafts while an exact one is offered
     # (plan.choose), so its verifies are not timed.
     any_exact = any(o.exact_verify for o in options)
@@ -61,6 +63,8 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
     for option in sorted(options, key=lambda o: (not o.int4, o.dtype == torch.float32)):
         model = shaped_model(info, option)
         prepare(model, option)
+        if option.int8_head:
+            _install_int8_head(model, int8_heads)
         timer = _Timer(model, info.n_layers, cancel)
         step, spread = timer.time(MEASURED_TOKENS[:1])
         spreads.extend(spread)
@@ -100,8 +104,20 @@ def shaped_model(info: GGUFInfo, option: PlanOption) -> torch.nn.Module:
     _fill(model)
     if option.int4:
         _zero_int4_layers(model, info)
-        _zero_int4_head(model, info)
+        if not option.int8_head:
+            _zero_int4_head(model, info)
     return model.eval()
+
+
+def _install_int8_head(model: torch.nn.Module, built: dict[tuple[int, int], Int8Head]) -> None:
+    """The shaped model's head as an int8 head (app.engine.cpu.int8head), built once per
+    calibration (packing Gemma's 262k rows takes one or two seconds) and shared by every plan with
+    one: their tables hold the same values (_fill)."""
+    weight = model.get_output_embeddings().weight
+    key = tuple(weight.shape)
+    if key not in built:
+        built[key] = Int8Head(weight)
+    model.set_output_embeddings(built[key])
 
 
 @torch.no_grad()
@@ -119,6 +135,9 @@ def _fill(model: torch.nn.Module) -> None:
     embedding = model.get_input_embeddings().weight
     used = embedding[:_TOKENS_USED]  # only the tokens timed: a 262k-row table would take seconds
     used.copy_(torch.randn(used.shape, generator=torch.Generator().manual_seed(0)))
+    head = model.get_output_embeddings().weight
+    if head.data_ptr() != embedding.data_ptr() and head.shape == embedding.shape:
+        head[:_TOKENS_USED].copy_(used)  # an untied head peaks alike (the int8 head's exact products)
 
 
 def _zero_int4_layers(model: torch.nn.Module, info: GGUFInfo) -> None:

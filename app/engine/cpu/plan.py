@@ -1,5 +1,6 @@
 """Which plan runs a model fastest on this CPU: float32, bf16 with dequantized weights, or bf16
-with the file's int4 weights — chosen from measurements, never from a CPU flag.
+with the file's int4 weights, each of the bf16 ones also with an int8 output projection
+(app.engine.cpu.int8head) — chosen from measurements, never from a CPU flag.
 
 The three differ the other way round on different CPUs (shared/facts.md): on AVX2 without bf16
 instructions bf16 still decodes one token twice as fast as float32, but float32 verifies 16 drafts
@@ -48,12 +49,12 @@ EXPECTED_ACCEPTANCE = {"none": 0.0, "lookup": 0.5, "draft": 0.6}
 # A step yields at most 1 / (1 - alpha) tokens on average, so a plan whose one-token step is this
 # many times the fastest one's cannot win at any expected acceptance: its verifies are not timed.
 HOPELESS_STEP_RATIO = 1.0 / (1.0 - max(EXPECTED_ACCEPTANCE.values()))
-_CACHE_VERSION = 2  # 2: MEASURED_TOKENS at the ends of the int4 kernel's blocks
+_CACHE_VERSION = 3  # 2: MEASURED_TOKENS at the ends of the int4 kernel's blocks; 3: int8 heads
 
 
 @dataclass(frozen=True)
 class PlanOption:
-    name: str  # "float32", "bf16", "bf16-int4": what the window, inspect and bench show
+    name: str  # "float32", "bf16", "bf16-int4", "bf16-i8head"...: what the window, inspect and bench show
     dtype: torch.dtype
     int4: bool
     # Whether a verify's rows are bit for bit the one-token steps' (the int4 plan's row-by-row
@@ -63,16 +64,28 @@ class PlanOption:
     # often (torch 2.13, AVX2: a 9-token verify of SmolLM2's logits differed from 9 one-token
     # steps by up to 4e-5, and a float32 GEMM's rows differ from one-row products from 2 rows on).
     exact_verify: bool = True
+    # The output projection as int8 weights with exact products for the tokens that can lead
+    # (app.engine.cpu.int8head) instead of the plan's own head; row-exact like the int4 kernel.
+    int8_head: bool = False
 
     @property
     def label(self) -> str:
-        return {"float32": "float32", "bf16": "bf16 (dequantized weights)", "bf16-int4": "bf16 + int4 weights"}[self.name]
+        body = {"float32": "float32", "bf16": "bf16 (dequantized weights)", "bf16-int4": "bf16 + int4 weights"}
+        return body[self.name.removesuffix(_INT8_SUFFIX)] + (" + int8 head" if self.int8_head else "")
 
 
+_INT8_SUFFIX = "-i8head"
 FLOAT32 = PlanOption("float32", torch.float32, False, exact_verify=False)
 BF16 = PlanOption("bf16", torch.bfloat16, False, exact_verify=False)
 BF16_INT4 = PlanOption("bf16-int4", torch.bfloat16, True)
-OPTIONS = {o.name: o for o in (FLOAT32, BF16, BF16_INT4)}
+BF16_I8HEAD = PlanOption("bf16" + _INT8_SUFFIX, torch.bfloat16, False, exact_verify=False, int8_head=True)
+BF16_INT4_I8HEAD = PlanOption("bf16-int4" + _INT8_SUFFIX, torch.bfloat16, True, int8_head=True)
+OPTIONS = {o.name: o for o in (FLOAT32, BF16, BF16_INT4, BF16_I8HEAD, BF16_INT4_I8HEAD)}
+
+
+def with_int8_head(option: PlanOption) -> PlanOption:
+    """The bf16 plan of the same weights with an int8 head."""
+    return OPTIONS[option.name.removesuffix(_INT8_SUFFIX) + _INT8_SUFFIX]
 
 
 @dataclass(frozen=True)
