@@ -100,7 +100,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         forms.append((f" [{plan_name}]", other, {**drafters, NONE: make_drafter(other, NONE),
                                                  LOOKUP: make_drafter(other, LOOKUP)}, {}))
     lookup_plan = ("" if lookup_main is main else
-                   f"; lookup rows on {lookup_main.plan.describe()} ({lookup_main.plan_reason})")
+                   f"; lookup rows on {lookup_main.plan.describe()} ({lookup_main.plan_reason}), "
+                   f"identical meaning to plain decoding in that plan")
     print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
           f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
@@ -121,12 +122,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for suffix, form_main, form_drafters, form_runs_on in forms:
             baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
             for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
-                tokens, seconds, summary = _ours(form_runs_on.get(drafter_name, form_main), drafter, ids, run_settings)
+                runs_on = form_runs_on.get(drafter_name, form_main)
+                tokens, seconds, summary = _ours(runs_on, drafter, ids, run_settings)
                 if baseline_tokens is None:
                     baseline_tokens, baseline_s = tokens, seconds
-                rows.append(_row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
-                                 summary.accept_rate if name != NONE else None,
-                                 summary.mean_accepted_length if name != NONE else None, summary.decode_tps))
+                row = _row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
+                           summary.accept_rate if name != NONE else None,
+                           summary.mean_accepted_length if name != NONE else None, summary.decode_tps)
+                if runs_on is not form_main:
+                    # Another plan: its speed against this plain decoding, its text against plain
+                    # decoding in its own plan (plans may round a near-tie differently).
+                    own_plain = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
+                    row = dataclasses.replace(row, identical=tokens == own_plain)
+                rows.append(row)
             first_baseline = first_baseline or (baseline_tokens, baseline_s)
         baseline_tokens, baseline_s = first_baseline
         if not args.no_hf:
