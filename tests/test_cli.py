@@ -39,7 +39,9 @@ def commands(files: dict[str, Path]) -> dict[str, list[str]]:
         # Decoding: the same greedy tokens whatever drafts them.
         "none": ["run", "-m", tiny, "-p", PROMPT, *GREEDY],
         "lookup": ["run", "-m", tiny, "--lookup", "-p", PROMPT, *GREEDY],
-        "draft-other": ["run", "-m", tiny, "-md", other, "-p", PROMPT, *GREEDY],
+        # Fixed: whether the adaptive length drafts at all weighs a cost curve measured while the
+        # other commands run beside it (its choice is tested in test_schedule).
+        "draft-other": ["run", "-m", tiny, "-md", other, "-p", PROMPT, "--draft-fixed", *GREEDY],
         "draft-same": ["run", "-m", tiny, "-md", tiny, "-p", PROMPT, "--color", *GREEDY],
         "chat": ["run", "-m", tiny, "--chat", "-sys", SYSTEM, "-p", CHAT_PROMPT, "-n", "8", "--temp", "0", "--json"],
         "chat-notemplate": ["run", "-m", notemplate, "--chat", "-sys", SYSTEM, "-p", CHAT_PROMPT,
