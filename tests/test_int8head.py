@@ -159,7 +159,8 @@ def test_verifies_give_the_one_token_steps_logits_and_lookup_keeps_the_text(demo
     assert tokens(PromptLookupDrafter()) == tokens(NoDrafter())
 
 
-def test_plans_offer_an_int8_head_where_it_runs_and_never_without_it(demo_path, monkeypatch):
+def test_plans_offer_an_int8_head_where_it_runs_and_never_without_it(demo_path, tiny_paths, monkeypatch):
+    assert not any(o.int8_head for o in cpu_plan_options(read_gguf_info(tiny_paths["llama-f32"])))  # a tiny head
     info = read_gguf_info(demo_path("smollm2-135m"))
     names = [o.name for o in cpu_plan_options(info)]
     assert "bf16-i8head" in names and cpu_plan.OPTIONS["bf16-i8head"].label == "bf16 (dequantized weights) + int8 head"

@@ -101,7 +101,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                  LOOKUP: make_drafter(other, LOOKUP)}, {}))
     lookup_plan = ("" if lookup_main is main else
                    f"; lookup rows on {lookup_main.plan.describe()} ({lookup_main.plan_reason}), "
-                   f"identical meaning to plain decoding in that plan")
+                   f"'identical' to plain decoding in that plan")
     print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
           f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
@@ -118,7 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if category not in PROMPTS:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
         ids = _prompt_ids(main, PROMPTS[category])
-        first_baseline = None
+        first_baseline, own_plain = None, {}
         for suffix, form_main, form_drafters, form_runs_on in forms:
             baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
             for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
@@ -132,8 +132,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 if runs_on is not form_main:
                     # Another plan: its speed against this plain decoding, its text against plain
                     # decoding in its own plan (plans may round a near-tie differently).
-                    own_plain = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
-                    row = dataclasses.replace(row, identical=tokens == own_plain)
+                    if id(runs_on) not in own_plain:
+                        own_plain[id(runs_on)] = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
+                    row = dataclasses.replace(row, identical=tokens == own_plain[id(runs_on)])
                 rows.append(row)
             first_baseline = first_baseline or (baseline_tokens, baseline_s)
         baseline_tokens, baseline_s = first_baseline

@@ -240,16 +240,18 @@ def _on_cpu(plan: DevicePlan) -> bool:
 
 def cpu_plan_options(info: GGUFInfo, int4: bool = True) -> list[cpu_plan.PlanOption]:
     """The plans `auto` chooses among for this file: float32 and bf16 always, int4 weights where
-    the kernel runs here, the file has tensors it can run and the user has not turned it off;
-    a plan whose weights do not fit in memory is left out (float32 needs twice bf16's)."""
+    the kernel runs here, the file has tensors it can run and the user has not turned it off,
+    each bf16 one also with an int8 head where that runs here and the head is large enough to
+    matter; a plan whose weights do not fit in memory is left out (float32 needs twice bf16's)."""
     options = [cpu_plan.FLOAT32, cpu_plan.BF16]
     if int4 and _int4_runs(info):
         options.append(cpu_plan.BF16_INT4)
-    if int8head.available() and _head_tensor(info) is not None:
+    head = _head_tensor(info)
+    if head is not None and head.n_elements >= int8head.MIN_WEIGHTS and int8head.available():
         options += [cpu_plan.with_int8_head(o) for o in options if o.dtype == torch.bfloat16]
     limit = memory_limit_bytes()
     fitting = [o for o in options if limit is None or estimate_load_bytes(
-        info, DevicePlan(None, o.dtype, 0, info.n_layers, o.int4)) <= limit]
+        info, DevicePlan(None, o.dtype, 0, info.n_layers, o.int4, o.int8_head)) <= limit]
     return fitting or options[-1:]  # none fits: the smallest, so that check_memory says why
 
 

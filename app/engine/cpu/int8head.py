@@ -56,6 +56,9 @@ _PAD = 32  # K is padded to a multiple of this: the two range columns, then zero
 _SAFETY = 1.25  # on the bounds (on Gemma 3 270M's hidden states the error reaches a fifth of its bound)
 _ABSOLUTE_SLACK = 1e-4
 _CHUNK = 1024
+# Heads smaller than this (8 MiB in bf16) stay in the CPU's caches, where their product is a small
+# part of a step: plans with an int8 head are not offered (nor measured) for them.
+MIN_WEIGHTS = 4 << 20
 _EXACT_ROWS = 16384  # table rows converted to float32 at a time for the exact products
 
 
