@@ -7,9 +7,9 @@ almost as much for each extra row as for the first. fbgemm's int8 kernels do not
 Gemma's head):
 
     rows     1     8     16
-    bf16     32   172   341 ms
+    bf16     34   206   409 ms
     int4     30   114   275
-    int8     19    25    39   (both parts below: 2, 16 and 32 rows)
+    int8     19    50   100   (this head, its exact products included)
 
 Two properties make it fit speculative decoding:
 
