@@ -20,6 +20,10 @@ from app.worker.requests import LOOKUP, MODEL, NONE, GenSettings
 
 WAIT_MS = 120_000
 GREEDY = GenSettings(temperature=0.0, max_tokens=48)
+# A tiny main model's step costs about what its tiny draft's does, so whether the adaptive length
+# drafts there at all depends on the machine's measured costs: tests that must see drafts draft a
+# fixed length (the schedule's choices are tested in test_schedule).
+GREEDY_FIXED = GenSettings(temperature=0.0, max_tokens=48, adaptive_draft=False)
 LONG = GenSettings(temperature=0.0, max_tokens=400)
 
 
@@ -43,6 +47,23 @@ def shot(widget, name: str) -> None:
         QApplication.processEvents()
         Path(folder).mkdir(parents=True, exist_ok=True)
         widget.grab().save(str(Path(folder) / f"{name}.png"))
+
+
+def pin_plans(monkeypatch, tmp_path, plans: dict) -> None:
+    """Make `auto` load each of these files in the given CPU plan, as a plan cache measured so
+    would (a cache of its own under tmp_path): a tiny model's greedy text, which some tests
+    need to behave a certain way, differs from plan to plan."""
+    from app.engine.cpu import plan as cpu_plan
+    from app.engine.gguf_info import read_gguf_info
+    from app.engine.loader import cpu_plan_options
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for path, name in plans.items():
+        info = read_gguf_info(path)
+        options = cpu_plan_options(info)
+        curves = {o.name: cpu_plan.CostCurve((0.001 if o.name == name else 0.01,) * len(cpu_plan.MEASURED_TOKENS))
+                  for o in options}
+        cpu_plan.store_curves(info, options, curves)
 
 
 def open_window(qtbot) -> MainWindow:
@@ -107,9 +128,10 @@ def reopen_store(data_dir: Path) -> HistoryStore:
 
 # --- the whole path -------------------------------------------------------------------------
 
-def test_whole_path_pair_to_marked_streamed_reply_and_charts(qtbot, data_dir, tiny_paths):
-    window = open_window(qtbot)
+def test_whole_path_pair_to_marked_streamed_reply_and_charts(qtbot, data_dir, tiny_paths, monkeypatch, tmp_path):
     main, draft = tiny_paths["llama-f32"], tiny_paths["llama-q8"]
+    pin_plans(monkeypatch, tmp_path, {main: "float32", draft: "float32"})  # drafts that get accepted
+    window = open_window(qtbot)
     add_models(qtbot, window, [main, draft, tiny_paths["qwen2-f32"]])
     facts = load_pair(qtbot, window, main, MODEL, draft)
     assert facts["draft_path"] == str(draft)
@@ -118,7 +140,7 @@ def test_whole_path_pair_to_marked_streamed_reply_and_charts(qtbot, data_dir, ti
     shot(window, "01-loaded")
 
     redraws = window.charts.redraw_count
-    summary = send(qtbot, window, "Hello! Write me a few words about foxes.")
+    summary = send(qtbot, window, "Hello! Write me a few words about foxes.", GREEDY_FIXED)
     assert summary["drafter"] == "llama-q8" and summary["n_accepted"] > 0
 
     # Saved: the user message, and the reply with its draft spans and stats.

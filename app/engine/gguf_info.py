@@ -207,12 +207,12 @@ class GGUFInfo:
         projection in a packable type stay quantized (a tied embedding keeps its `dtype` table
         for the input lookup, plus the packed head and its screening bound). With `int8_head` the
         output projection keeps its `dtype` table (for its exact products) and adds its int8
-        weights as torch's fbgemm packs them, its K padded to blocks of 512 (Gemma 3 270M's 262k x
-        640 head: 267 MiB), and a few floats per token (app.engine.cpu.int8head)."""
+        weights, a byte each over K and two range columns rounded up to 32, and a few numbers per
+        token (app.engine.cpu.int8head; fbgemm's packed form is opaque, so this is the values' size)."""
         head = self.head_tensor()
         extra = 0
         if int8_head and head is not None:
-            extra = head.shape[0] * (-(-(head.shape[1] + 2) // 512) * 512 + 48)
+            extra = head.shape[0] * (-(-(head.shape[1] + 2) // 32) * 32 + 48)
         if not int4:
             return self.n_params * _dtype_size(dtype) + extra
         size = _dtype_size(dtype)
