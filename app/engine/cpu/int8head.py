@@ -90,7 +90,11 @@ class Int8Head(torch.nn.Module):
         self._ends = torch.zeros(1, self._width - k)
         self._ends[0, :2] = torch.tensor([1.0, -1.0])
         pieces = [(first, min(first + _PIECE_ROWS, n)) for first in range(0, n, _PIECE_ROWS)]
-        with _engine_set(engine), ThreadPoolExecutor(2) as pool:
+        # The warnings filter is the process's: set here, around both threads, never inside one
+        # (catch_warnings is not thread-safe). torch 2.13 marks the constructors deprecated (see
+        # the module's docstring).
+        with warnings.catch_warnings(), _engine_set(engine), ThreadPoolExecutor(2) as pool:
+            warnings.simplefilter("ignore", UserWarning)
             # fbgemm's packing releases the GIL: two pieces at a time.
             packed = list(pool.map(lambda piece: self._packed(*piece, cancel), pieces))
         self._pieces = [p for p, _, _ in packed]
@@ -113,11 +117,9 @@ class Int8Head(torch.nn.Module):
             del magnitudes
             values = torch.zeros(n, self._width, dtype=torch.int8)
             values[:, :k] = block.div_(step.clamp_min(1e-30)[:, None]).round_()
-            with warnings.catch_warnings():  # torch 2.13: deprecated (see the module's docstring)
-                warnings.simplefilter("ignore")
-                quantized = torch._make_per_channel_quantized_tensor(
-                    values, step.clamp_min(1e-30).double(), torch.zeros(n, dtype=torch.long), 0)
-                return torch.ops.quantized.linear_prepack(quantized, None), step, sums
+            quantized = torch._make_per_channel_quantized_tensor(
+                values, step.clamp_min(1e-30).double(), torch.zeros(n, dtype=torch.long), 0)
+            return torch.ops.quantized.linear_prepack(quantized, None), step, sums
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
