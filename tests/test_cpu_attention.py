@@ -8,6 +8,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from app.engine.cpu.attention import NAME, ROW_BY_ROW, float32_attention
 from app.engine.loader import load_model
+from tests.kv_checks import verify_and_steps
 
 
 class _Layer(torch.nn.Module):
@@ -129,8 +130,5 @@ def test_verifying_drafts_gives_the_rows_of_decoding_them_one_by_one(demo_path, 
     prompt = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return")
     drafts = loaded.tokenizer.encode(" a - b\n\ndef mul(a, b):\n    return a * b\n\ndef div(a, b):\n    return a / b")[:20]
     kv = loaded.kv_model()
-    kv.feed(prompt)
-    one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
-    kv.rewind(len(prompt))
-    verified = kv.feed(drafts, len(drafts))
+    verified, one_by_one = verify_and_steps(kv, prompt, drafts)
     assert torch.equal(verified, one_by_one)

@@ -15,6 +15,7 @@ from app.engine.loader import cpu_plan_options, load_model
 from app.engine.gguf_info import read_gguf_info
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import DecodeSettings, generate
+from tests.kv_checks import verify_and_steps
 
 pytestmark = pytest.mark.skipif(not int8head.available(),
                                 reason="this torch has no quantized engine whose int8 rows are row-exact here")
@@ -121,10 +122,7 @@ def test_verifies_give_the_one_token_steps_logits_and_lookup_keeps_the_text(demo
     ids = demo.tokenizer.encode(TEXT)
     prompt, drafts = ids[:8], ids[8:25]
     kv = demo.kv_model()
-    kv.feed(prompt)
-    one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
-    kv.rewind(len(prompt))
-    assert torch.equal(kv.feed(drafts, len(drafts)), one_by_one)
+    assert torch.equal(*verify_and_steps(kv, prompt, drafts))
 
     settings = DecodeSettings(max_new_tokens=48, sampling=SamplingParams(temperature=0.0))
     text = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."

@@ -8,6 +8,7 @@ from app.engine.loader import load_model
 from app.engine.cpu.quantlinear import Int4Linear
 from app.engine.cpu.rowexact import MAX_BYTES, MAX_ROWS, RowExactLinear, beats_int4_passes, wrap_linears
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
+from tests.kv_checks import verify_and_steps
 
 
 def _linear(rows=640, cols=2048) -> torch.nn.Linear:
@@ -49,10 +50,7 @@ def test_int4_loads_wrap_their_bf16_matrices_and_verify_as_they_decode(tmp_path)
     ids = mixed.tokenizer.encode("The quick brown fox jumps over the lazy dog. Hello world, this is")
     prompt, drafts = ids[:8], ids[8:28]
     kv = mixed.kv_model()
-    kv.feed(prompt)
-    one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
-    kv.rewind(len(prompt))
-    assert torch.equal(kv.feed(drafts, len(drafts)), one_by_one)
+    assert torch.equal(*verify_and_steps(kv, prompt, drafts))
     plain = load_model(path, device="cpu", dtype="bfloat16", int4=False)
     assert not any(isinstance(m, RowExactLinear) for m in plain.model.modules())
 
@@ -80,7 +78,4 @@ def test_a_q6_k_layer_in_bf16_verifies_as_it_decodes(demo_path):
     ids = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog.")
     prompt, drafts = ids[:-9], ids[-9:]
     kv = loaded.kv_model()
-    kv.feed(prompt)
-    one_by_one = torch.stack([kv.feed([t])[0] for t in drafts])
-    kv.rewind(len(prompt))
-    assert torch.equal(kv.feed(drafts, len(drafts)), one_by_one)
+    assert torch.equal(*verify_and_steps(kv, prompt, drafts))

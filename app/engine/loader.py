@@ -246,8 +246,7 @@ def cpu_plan_options(info: GGUFInfo, int4: bool = True) -> list[cpu_plan.PlanOpt
     options = [cpu_plan.FLOAT32, cpu_plan.BF16]
     if int4 and _int4_runs(info):
         options.append(cpu_plan.BF16_INT4)
-    head = _head_tensor(info)
-    if head is not None and head.n_elements >= int8head.MIN_WEIGHTS and int8head.available():
+    if _int8_head_runs(info) and _head_tensor(info).n_elements >= int8head.MIN_WEIGHTS:
         options += [cpu_plan.with_int8_head(o) for o in options if o.dtype == torch.bfloat16]
     limit = memory_limit_bytes()
     fitting = [o for o in options if limit is None or estimate_load_bytes(
@@ -280,10 +279,11 @@ def _head_tensor(info: GGUFInfo):
     return tensor if tensor is not None and len(tensor.shape) == 2 else None
 
 
-def _int8_head_runs(info: GGUFInfo, plan: DevicePlan) -> bool:
-    """The int8 head can run this load: all on the CPU in bf16, an engine here, a 2-D head."""
-    return (_on_cpu(plan) and plan.dtype == torch.bfloat16 and int8head.available()
-            and _head_tensor(info) is not None)
+def _int8_head_runs(info: GGUFInfo, plan: DevicePlan | None = None) -> bool:
+    """The int8 head can run for this file (an engine here, a 2-D head) and, given a plan, in it
+    (all on the CPU in bf16)."""
+    in_plan = plan is None or (_on_cpu(plan) and plan.dtype == torch.bfloat16)
+    return in_plan and _head_tensor(info) is not None and int8head.available()
 
 
 def _use_int4(info: GGUFInfo, plan: DevicePlan) -> bool:
