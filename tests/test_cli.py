@@ -258,6 +258,19 @@ def test_incompatible_draft_exits_3(cli):
     assert result.stdout == ""
 
 
+def test_incompatible_draft_fails_before_the_main_model_loads(specula, files, monkeypatch):
+    import app.engine.loader as loader
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the main model was loaded before its draft was checked")
+
+    monkeypatch.setattr(loader, "load_model", no_load)
+    code, out, err = specula("run", "-m", str(files["llama-f32"]), "-md", str(files["other-vocab-type"]), "-p", "x")
+    assert code == 3, err
+    assert "cannot re-tokenize drafts" in one_line(err)
+    assert out == ""
+
+
 # ---------------------------------------------------------------------------------------------
 # check-pair, inspect, --version, bench
 
