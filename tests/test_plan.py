@@ -207,6 +207,32 @@ def test_the_shaped_model_computes_what_a_real_load_of_its_plan_would(tiny_q4_pa
     assert next(shaped.parameters()).dtype == option.dtype
 
 
+@pytest.mark.parametrize("name", ["float32", "bf16", "bf16-int4"])
+def test_the_timed_context_is_the_cache_the_shaped_model_would_fill(tiny_q4_path, name):
+    """The calibration puts zero keys and values straight into the cache instead of feeding the
+    shaped model a prompt: its zero projections would have written exactly these, so each step
+    is timed on the same cache as before, in every layout and dtype."""
+    from app.engine.kvmodel import KVModel
+    from app.engine.loader import prepare_cpu_model
+
+    option = cpu_plan.OPTIONS[name]
+    if option.int4 and not quantlinear.int4_available():
+        pytest.skip("torch has no int4 CPU kernel here")
+    shaped = calibrate.shaped_model(read_gguf_info(tiny_q4_path), option)
+    prepare_cpu_model(shaped, option.dtype, option.int4)
+    fed = KVModel(shaped, n_ctx=96)
+    with torch.inference_mode():
+        fed.feed(list(range(1, calibrate._CONTEXT + 1)), 1)
+    primed = calibrate._primed(KVModel(shaped, n_ctx=96))
+    assert primed.ids == fed.ids and primed.cache.get_seq_length() == fed.cache.get_seq_length()
+    assert len(primed.cache.layers) == len(fed.cache.layers)
+    for ours, theirs in zip(primed.cache.layers, fed.cache.layers):
+        assert ours.keys.dtype == theirs.keys.dtype and torch.equal(ours.keys, theirs.keys)
+        assert torch.equal(ours.values, theirs.values)
+    with torch.inference_mode():  # and a step runs on it
+        assert primed.feed_rows([5, 6], 2).argmax(1) == fed.feed_rows([5, 6], 2).argmax(1)
+
+
 def test_the_schedule_starts_from_the_measured_curve():
     """With a steep curve the first drafts are short, with a flat one long, before any step."""
     steep = AdaptiveDraftLength(16, STEEP_FAST.cost).length(100)

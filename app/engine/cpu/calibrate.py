@@ -10,11 +10,13 @@ _MAX_LAYERS layers, timed with its first layer and with all of them, which gives
 layer and of the rest (embedding, head): its step costs rest + n_layers * layer. Each figure is the
 minimum of a few runs: another process on the machine only ever makes a run slower.
 
-Where the seconds go (Gemma 3 270M, AVX2, 2 threads: about 6 s in all, SmolLM2 about 3 s): building
-each shaped model (0.3-0.7 s: a 262k-row embedding), feeding its cache the context once (0.3-0.8 s;
-an int4 prompt costs per row, hence a short context), and the steps themselves. Verifies are timed
-only for plans that can win with drafts: not for a hopeless one, nor for bf16 with dequantized
-weights, which plan.choose never lets draft while a row-exact plan is offered.
+Where the seconds go (Gemma 3 270M, AVX2, 2 threads, on a slow day of a noisy VM: 8.5 s in all,
+SmolLM2 3.2 s): building each shaped model (0.3-0.7 s: a 262k-row embedding), packing one int8
+head for the plans with one (2 s for Gemma's 262k rows), and the steps themselves. The context the
+steps are timed from is put straight into the cache (_primed: 0.3-0.6 s per plan when it was
+fed as a prompt). Verifies are timed only for plans that can win with drafts: not for a hopeless
+one, nor for bf16 with dequantized weights, which plan.choose never lets draft while a row-exact
+plan is offered.
 """
 
 from __future__ import annotations
@@ -202,9 +204,17 @@ class _Timer:
 
 
 def _primed(kv: KVModel) -> KVModel:
-    """The cache holding _CONTEXT tokens, the context every step is timed from."""
+    """The cache holding _CONTEXT positions, the context every step is timed from: zero keys and
+    values put straight into each layer's cache, as the model's own update would put them there
+    (a step's cost does not depend on their values; feeding the shaped model a prompt took
+    0.3-0.6 s per plan, a fifth of Gemma's calibration)."""
+    config = kv.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    zeros = torch.zeros(1, config.num_key_value_heads, _CONTEXT, head_dim, dtype=kv.model.dtype)
     with torch.inference_mode():
-        kv.feed(list(range(1, _CONTEXT + 1)), 1)
+        for layer in range(config.num_hidden_layers):
+            kv.cache.update(zeros, zeros, layer)
+    kv.ids = list(range(1, _CONTEXT + 1))
     return kv
 
 
