@@ -180,6 +180,38 @@ def test_wrong_or_mismatching_entry_is_a_cache_miss(tiny_paths, tmp_path, monkey
     assert json.loads(entry.read_text())["kwargs"].get("gguf_file") is None  # rewritten
 
 
+def test_a_bpe_entry_is_split_and_reads_back_the_same(tiny_paths, tmp_path, monkeypatch, caplog):
+    """A BPE tokenizer is cached as a skeleton tokenizer.json and its vocabulary and merges
+    (app.engine.bpe_form): it reads back to the very tokenizer.json of a fresh build. A damaged
+    model file is a rebuild; a split that would not read back the same is cached whole."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(tiny_paths["qwen2-f32"])
+    fresh = fastload.build_tokenizer(info)
+    fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_file(info)
+    skeleton, model = fastload.tokenizer_json_file(entry), fastload.bpe_model_file(entry)
+    assert model.is_file() and json.loads(skeleton.read_text())["model"]["merges"] == []
+    assert len(json.loads(skeleton.read_text())["model"]["vocab"]) < len(fresh)  # cut to the added tokens
+    cached = fastload.load_tokenizer(info)
+    assert cached.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()
+    _same_tokenizer(cached, fresh)
+
+    model.write_text(model.read_text().replace("[", "[1, ", 1))  # another vocabulary, same shape
+    fastload._warned.clear()
+    with caplog.at_level(logging.WARNING):
+        rebuilt = fastload.load_tokenizer(info)
+    assert "rebuilding" in caplog.text
+    assert rebuilt.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()
+
+    for path in (entry, skeleton, model):
+        path.unlink()
+    monkeypatch.setattr(fastload.bpe_form, "join", lambda backend, skeleton, model: None)  # reads back otherwise
+    fastload.load_tokenizer(info)
+    assert not model.exists() and json.loads(entry.read_text())["bpe_sha256"] is None
+    whole = fastload.load_tokenizer(info)
+    assert whole.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()
+
+
 @pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
 def test_cache_folder_and_files_are_private(tiny_paths, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -190,9 +222,10 @@ def test_cache_folder_and_files_are_private(tiny_paths, tmp_path, monkeypatch):
     fastload.load_tokenizer(info)
     entry = fastload.tokenizer_cache_file(info)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    for path in (entry, fastload.tokenizer_json_file(entry)):
+    files = [entry, fastload.tokenizer_json_file(entry), fastload.bpe_model_file(entry)]  # a split BPE entry
+    for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, fastload.tokenizer_json_file(entry).name])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(path.name for path in files)
 
 
 def test_cache_folder_that_is_a_link_is_not_used(tiny_paths, tmp_path, monkeypatch):
@@ -218,6 +251,7 @@ def test_smollm2_cached_tokenizer_equals_fresh(demo_path, tmp_path, monkeypatch)
     messages = [{"role": "user", "content": "Hi there"}]
     assert cached.apply_chat_template(messages, tokenize=False) == fresh.apply_chat_template(messages, tokenize=False)
     assert cached.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()
+    assert fastload.bpe_model_file(fastload.tokenizer_cache_file(info)).is_file()  # read split
 
 
 def test_missing_tensor_is_named(tmp_path):

@@ -30,6 +30,7 @@ from typing import BinaryIO, Callable
 
 import gguf
 import numpy as np
+import tokenizers
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -40,6 +41,7 @@ from transformers.integrations.gguf import dequant as torch_dequant
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
+from app.engine import bpe_form
 from app.engine.cpu import quantlinear, rowexact
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
@@ -336,9 +338,10 @@ def tokenizer_cache_dir() -> Path:
 
 
 def header_key(info: GGUFInfo) -> str:
-    """A hash of the header (vocabulary, merges, template, special ids) and transformers' version:
-    the same file under another name or path shares the entry; an edited header does not."""
-    digest = hashlib.sha256(transformers.__version__.encode())
+    """A hash of the header (vocabulary, merges, template, special ids) and the versions of
+    transformers and tokenizers (which a split entry was checked with): the same file under
+    another name or path shares the entry; an edited header does not."""
+    digest = hashlib.sha256(f"{transformers.__version__} {tokenizers.__version__}".encode())
     with open(info.path, "rb") as handle:
         remaining = info.data_offset
         while remaining > 0:
@@ -386,6 +389,11 @@ def tokenizer_cache_file(info: GGUFInfo) -> Path:
 
 def tokenizer_json_file(entry: Path) -> Path:
     return entry.with_name(entry.stem + ".tokenizer.json")
+
+
+def bpe_model_file(entry: Path) -> Path:
+    """A split BPE entry's vocabulary and merges (app.engine.bpe_form), beside its skeleton."""
+    return entry.with_name(entry.stem + ".bpe.json")
 
 
 def load_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
@@ -447,10 +455,23 @@ def _read_cached(info: GGUFInfo, entry: Path, key: str):
         tokenizer_class = _tokenizer_class(info)
         if tokenizer_class is None or tokenizer_class.__name__ != meta["class"]:
             raise ValueError("built for another tokenizer class")
-        return tokenizer_class(tokenizer_file=str(tokenizer_json), **kwargs)
+        return _built_from(tokenizer_class, entry, meta, kwargs)
     except Exception as exc:  # noqa: BLE001 - any damage is a cache miss, never fatal
         _warn_once(f"tokenizer cache {entry} unusable ({type(exc).__name__}: {exc}); rebuilding")
         return None
+
+
+def _built_from(tokenizer_class, entry: Path, meta: dict, kwargs: dict):
+    """The tokenizer an entry holds: from its tokenizer.json, or from the skeleton there and the
+    BPE model beside it (app.engine.bpe_form), as its checksums say."""
+    tokenizer = tokenizer_class(tokenizer_file=str(tokenizer_json_file(entry)), **kwargs)
+    if meta.get("bpe_sha256") is not None:
+        model_text = bpe_model_file(entry).read_bytes()
+        if hashlib.sha256(model_text).hexdigest() != meta["bpe_sha256"]:
+            raise ValueError("the BPE model does not match its entry")
+        bpe_form.join(tokenizer.backend_tokenizer, tokenizer_json_file(entry).read_text(encoding="utf-8"),
+                      model_text.decode("utf-8"))
+    return tokenizer
 
 
 def _checked_meta(meta, key: str) -> dict:
@@ -459,6 +480,8 @@ def _checked_meta(meta, key: str) -> dict:
         raise ValueError("not an entry of this format for this file")
     if not isinstance(meta.get("class"), str) or not isinstance(meta.get("tokenizer_sha256"), str):
         raise ValueError("class or checksum missing")
+    if not isinstance(meta.get("bpe_sha256"), (str, type(None))):
+        raise ValueError("bad BPE checksum")
     kwargs = meta.get("kwargs")
     if not isinstance(kwargs, dict) or set(kwargs) & _NOT_CACHED:
         raise ValueError("bad constructor arguments")
@@ -492,21 +515,44 @@ def build_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
 
 
 def _save_tokenizer(tokenizer, entry: Path, key: str) -> None:
-    """Write `tokenizer.json`, then the entry naming its checksum, each to a temporary file
-    renamed into place: a half-written or mismatched pair is never read as an entry."""
+    """Write `tokenizer.json` (or, for a BPE model, its skeleton and model: app.engine.bpe_form),
+    then the entry naming their checksums, each to a temporary file renamed into place: a
+    half-written or mismatched set is never read as an entry. The split form is kept only if a
+    tokenizer read back from it serializes to the same `tokenizer.json`."""
     kwargs = {name: value for name, value in tokenizer.init_kwargs.items()
               if name not in _NOT_CACHED}
     if not all(_plain_json(value) for value in kwargs.values()) or not hasattr(tokenizer, "backend_tokenizer"):
         _warn_once(f"{type(tokenizer).__name__} has arguments that are not plain data; not caching it")
         return
-    text = tokenizer.backend_tokenizer.to_str().encode("utf-8")
-    meta = {"format": _CACHE_FORMAT, "key": key, "class": type(tokenizer).__name__,
-            "tokenizer_sha256": hashlib.sha256(text).hexdigest(), "kwargs": kwargs}
+    whole = tokenizer.backend_tokenizer.to_str()
+    meta = {"format": _CACHE_FORMAT, "key": key, "class": type(tokenizer).__name__, "kwargs": kwargs}
     try:
-        _write_atomic(tokenizer_json_file(entry), text)
+        parts = bpe_form.split(whole)
+        if parts is not None and not _split_reads_back(type(tokenizer), entry, meta, parts, whole):
+            log.info("%s: the split tokenizer does not read back the same; caching it whole", entry.name)
+            parts = None
+        if parts is None:
+            text = whole.encode("utf-8")
+            _write_atomic(tokenizer_json_file(entry), text)
+            bpe_model_file(entry).unlink(missing_ok=True)
+            meta.update(tokenizer_sha256=hashlib.sha256(text).hexdigest(), bpe_sha256=None)
         _write_atomic(entry, json.dumps(meta).encode("utf-8"))
     except OSError as exc:  # a read-only or full cache only costs speed
         _warn_once(f"could not cache the tokenizer in {entry}: {exc}")
+
+
+def _split_reads_back(tokenizer_class, entry: Path, meta: dict, parts: tuple[str, str], whole: str) -> bool:
+    """Write the split form's two files (meta gets their checksums) and say whether a tokenizer
+    read from them is the one they came from."""
+    skeleton, model = (part.encode("utf-8") for part in parts)
+    _write_atomic(tokenizer_json_file(entry), skeleton)
+    _write_atomic(bpe_model_file(entry), model)
+    meta.update(tokenizer_sha256=hashlib.sha256(skeleton).hexdigest(), bpe_sha256=hashlib.sha256(model).hexdigest())
+    try:
+        return _built_from(tokenizer_class, entry, meta, meta["kwargs"]).backend_tokenizer.to_str() == whole
+    except Exception as exc:  # noqa: BLE001 - a form this library cannot read back is not kept
+        log.info("the split tokenizer failed to read back: %s", exc)
+        return False
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
