@@ -55,7 +55,7 @@ _MODEL_TYPE = {"gemma3": "gemma3_text"}  # GGUF holds only Gemma 3's text model
 # rewrites them, so they can be filled a block of rows at a time.
 _ROW_CHUNKED = frozenset({"token_embd.weight", "output.weight"})
 _CHUNK_ELEMENTS = 1 << 24
-_PACK_CHUNK_ELEMENTS = 1 << 22  # packing makes several temporaries per element: smaller blocks
+_PACK_CHUNK_ELEMENTS = 1 << 21  # packing makes several temporaries per element: smaller blocks
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 ProgressCallback = Callable[[str, float], None]
