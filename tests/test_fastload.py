@@ -206,7 +206,7 @@ def test_a_bpe_entry_is_split_and_reads_back_the_same(tiny_paths, tmp_path, monk
 
     for path in (entry, skeleton, model):
         path.unlink()
-    monkeypatch.setattr(fastload.bpe_form, "join", lambda backend, skeleton, model: None)  # reads back otherwise
+    monkeypatch.setattr(fastload.bpe_form, "join", lambda backend, model: None)  # reads back otherwise
     fastload.load_tokenizer(info)
     assert not model.exists() and json.loads(entry.read_text())["bpe_sha256"] is None
     whole = fastload.load_tokenizer(info)

@@ -257,4 +257,3 @@ def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, 
     summary = send(qtbot, window, "The quick brown fox", GREEDY_FIXED)
     assert summary["n_drafted"] > 0
     shot(window, "text-level-chat")
-

@@ -46,10 +46,9 @@ def split(tokenizer_json: str) -> tuple[str, str] | None:
     return json.dumps(skeleton, ensure_ascii=False), json.dumps({"vocab": by_id, "merges": ids}, ensure_ascii=False)
 
 
-def join(backend, skeleton_json: str, model_json: str) -> None:
-    """Give `backend` (a tokenizers.Tokenizer built from the skeleton) the model's whole BPE.
-    ValueError where the texts are not a split's."""
-    settings = json.loads(skeleton_json)["model"]
+def join(backend, model_json: str | bytes) -> None:
+    """Give `backend` (a tokenizers.Tokenizer built from the skeleton) the model's whole BPE, with
+    the settings the skeleton's BPE was read with. ValueError where the text is not a split's."""
     model = json.loads(model_json)
     by_id, ids = model.get("vocab"), model.get("merges")
     if not isinstance(by_id, list) or not isinstance(ids, list) or len(ids) % 2:
@@ -59,5 +58,5 @@ def join(backend, skeleton_json: str, model_json: str) -> None:
         raise ValueError("a token is listed twice")
     merges = list(zip(map(by_id.__getitem__, ids[0::2]), map(by_id.__getitem__, ids[1::2])))
     # BPE() takes no None for its string settings: absent means the same.
-    options = {name: settings[name] for name in _SETTINGS if settings.get(name) is not None}
+    options = {name: value for name in _SETTINGS if (value := getattr(backend.model, name)) is not None}
     backend.model = BPE(vocab=vocab, merges=merges, **options)

@@ -469,8 +469,7 @@ def _built_from(tokenizer_class, entry: Path, meta: dict, kwargs: dict):
         model_text = bpe_model_file(entry).read_bytes()
         if hashlib.sha256(model_text).hexdigest() != meta["bpe_sha256"]:
             raise ValueError("the BPE model does not match its entry")
-        bpe_form.join(tokenizer.backend_tokenizer, tokenizer_json_file(entry).read_text(encoding="utf-8"),
-                      model_text.decode("utf-8"))
+        bpe_form.join(tokenizer.backend_tokenizer, model_text)
     return tokenizer
 
 
