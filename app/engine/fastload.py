@@ -54,7 +54,10 @@ _MODEL_TYPE = {"gemma3": "gemma3_text"}  # GGUF holds only Gemma 3's text model
 # The embedding and output matrices: the largest tensors, and no architecture's processor
 # rewrites them, so they can be filled a block of rows at a time.
 _ROW_CHUNKED = frozenset({"token_embd.weight", "output.weight"})
-_CHUNK_ELEMENTS = 1 << 24
+# Elements dequantized at a time: their float32 block (4 MiB) stays in the CPU's caches between
+# the dequantization and the cast into the parameter (Gemma's 262k x 640 Q8_0 table: 0.15-0.19 s,
+# against 0.86-1.25 in 64 MiB blocks).
+_CHUNK_ELEMENTS = 1 << 20
 _PACK_CHUNK_ELEMENTS = 1 << 21  # packing makes several temporaries per element: smaller blocks
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
