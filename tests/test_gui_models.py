@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
+from app.engine.gguf_info import format_bytes
 from app.hub.builtin import builtin_path
 from app.worker.requests import LOOKUP, MODEL, NONE
 from tests.test_gui import (GREEDY_FIXED, add_models, data_dir, load_pair, open_window, pin_plans, send,  # noqa: F401
@@ -243,7 +244,17 @@ def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, ti
     qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=120_000)
     assert "int4" not in window.loaded_facts["main_plan"]
+    # The estimate is now the measured plan's, int8 head included where the plan has one...
+    weights = window.loaded_facts["main_weights"]
+    kind = weights["dtype"] + (" + int8 head" if weights["int8_head"] else "")
+    loaded_bytes = picker.main_entry().info.memory_bytes(weights["dtype"], int4=False, int8_head=weights["int8_head"])
+    assert f"≈ {format_bytes(loaded_bytes)} weights ({kind}, as loaded)" in offload.detail.text()
     shot(window, "int4-unchecked-loaded")
+    # ... until a setting differs from the load's: then it is the guess for the next load again.
+    picker.int4_check.setChecked(True)
+    assert "as loaded" not in offload.detail.text()
+    picker.int4_check.setChecked(False)
+    assert "as loaded" in offload.detail.text()
 
 
 def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, data_dir, tiny_paths, monkeypatch, tmp_path):

@@ -23,6 +23,9 @@ class OffloadControl(QWidget):
         self._info: GGUFInfo | None = None
         self._devices: dict[str, Any] | None = None
         self._int4 = True  # the pair picker's "keep weights quantized" choice
+        # How the loaded model holds its weights (app.worker.engine_calls.weights_facts) and the
+        # "keep quantized" choice it was loaded with: its estimate is the measured plan's.
+        self._loaded: tuple[dict[str, Any], bool] | None = None
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setToolTip(
             "Layers computed on the GPU (llama.cpp's -ngl). At the right end all layers are on "
@@ -74,6 +77,13 @@ class OffloadControl(QWidget):
         self._int4 = keep_quantized
         self._update()
 
+    def set_loaded(self, weights: dict[str, Any] | None, int4_asked: bool = True) -> None:
+        """The loaded model's weights (None: nothing loaded): while this control shows that model
+        with the settings it was loaded with, the estimate is of the plan the load measured, int8
+        head included, not of the bf16 guess made before it."""
+        self._loaded = (weights, int4_asked) if weights is not None else None
+        self._update()
+
     def set_gpu_layers(self, value: int | None) -> None:
         if value is not None:
             self.slider.setValue(max(0, min(int(value), self.slider.maximum())))
@@ -102,14 +112,27 @@ class OffloadControl(QWidget):
         self.changed.emit()
 
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
-        devices = self._devices or {}
-        dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
-        int4 = self._int4 and keeps_int4(dtype, on_cpu=not gpu_layers)
-        weights = info.memory_bytes(dtype, int4=int4)
+        loaded = self._loaded_weights(info, gpu_layers)
+        if loaded is not None:
+            dtype, int4, int8_head, source = loaded["dtype"], loaded["int4"], loaded["int8_head"], ", as loaded"
+        else:
+            devices = self._devices or {}
+            dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
+            int4 = self._int4 and keeps_int4(dtype, on_cpu=not gpu_layers)
+            int8_head, source = False, ""
+        weights = info.memory_bytes(dtype, int4=int4, int8_head=int8_head)
         kv = info.kv_bytes_per_token(dtype, cpu=not gpu_layers) * KV_TOKENS
-        kind = f"{dtype} + int4" if int4 else dtype
-        text = f"≈ {format_bytes(weights)} weights ({kind}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
+        kind = dtype + (" + int4" if int4 else "") + (" + int8 head" if int8_head else "")
+        text = f"≈ {format_bytes(weights)} weights ({kind}{source}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
         if gpu_layers and info.n_layers:
             on_gpu = weights * min(gpu_layers, info.n_layers) // info.n_layers
             text += f"; ≈ {format_bytes(on_gpu)} on the GPU"
         return text
+
+    def _loaded_weights(self, info: GGUFInfo, gpu_layers: int) -> dict[str, Any] | None:
+        """The loaded model's weights when this control shows it as it was loaded, else None."""
+        if self._loaded is None:
+            return None
+        weights, int4_asked = self._loaded
+        same = weights["path"] == str(info.path) and weights["gpu_layers"] == gpu_layers and int4_asked == self._int4
+        return weights if same else None

@@ -251,12 +251,17 @@ class PairPicker(QWidget):
         self.state_label.setText(loaded_text(facts))
         self.state_label.setToolTip(loaded_text(facts))
         self.plan_label.setText(plan_text(facts))
+        int4_asked = spec.int4 if spec is not None else True
+        self.main_offload.set_loaded(facts.get("main_weights"), int4_asked)
+        self.draft_offload.set_loaded(facts.get("draft_weights"), int4_asked)
 
     def set_failed(self, message: str) -> None:
         self.progress.setValue(0)
         self.progress.setFormat("")
         kept = " (the previous pair was unloaded)" if self._loaded_spec is not None else ""
         self._loaded_spec = None
+        self.main_offload.set_loaded(None)
+        self.draft_offload.set_loaded(None)
         self.state_label.setText(f"<span style='color:#b91c1c'>Not loaded: {_escape(message)}</span>{kept}")
 
     def loaded_spec(self) -> PairSpec | None:

@@ -117,9 +117,11 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "main_plan": main.plan.describe(),
         "main_plan_reason": main.plan_reason,
         "main_int4": main.plan.int4,
+        "main_weights": weights_facts(main),
         "draft_name": draft.name if draft is not None else None,
         "draft_path": str(draft.path) if draft is not None else None,
         "draft_plan": draft.plan.describe() if draft is not None else None,
+        "draft_weights": weights_facts(draft) if draft is not None else None,
         "drafter": pair.spec.drafter,
         "drafter_name": pair.drafter.name,
         "draft_text_level": pair.drafter.text_level,
@@ -130,6 +132,14 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "chat_template": bool(main.info.has_chat_template),
         "rope_fix": main.rope_fix,
     }
+
+
+def weights_facts(model: Any) -> dict[str, Any]:
+    """How a loaded model (app.engine.loader.LoadedModel) holds its weights, for the offload
+    control's estimate (app.ui.offload)."""
+    plan = model.plan
+    return {"path": str(model.path), "dtype": plan.dtype_name, "int4": plan.int4, "int8_head": plan.int8_head,
+            "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0}
 
 
 def decode_settings(settings: GenSettings):
