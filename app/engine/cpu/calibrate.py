@@ -10,11 +10,11 @@ _MAX_LAYERS layers, timed with its first layer and with all of them, which gives
 layer and of the rest (embedding, head): its step costs rest + n_layers * layer. Each figure is the
 minimum of a few runs: another process on the machine only ever makes a run slower.
 
-Where the seconds go (Gemma 3 270M, AVX2, 2 threads, on a slow day of a noisy VM: 8.5 s in all,
-SmolLM2 3.2 s): building each shaped model (0.3-0.7 s: a 262k-row embedding), packing one int8
-head for the plans with one (2 s for Gemma's 262k rows), and the steps themselves. The context the
-steps are timed from is put straight into the cache (_primed: 0.3-0.6 s per plan when it was
-fed as a prompt). Verifies are timed only for plans that can win with drafts: not for a hopeless
+Where the seconds go (Gemma 3 270M, AVX2, 2 threads, a noisy VM: 8.5-9 s in all, SmolLM2 3.2 s):
+building the shaped models (3.7 s for Gemma's five; the first of each dtype fills a 262k-row
+embedding that the others borrow), packing one int8 head for the plans with one (1.5 s for
+Gemma's 262k rows), and the steps themselves. The context the steps are timed from is put
+straight into the cache (_primed: 0.3-0.6 s per plan when it was fed as a prompt). Verifies are timed only for plans that can win with drafts: not for a hopeless
 one, nor for bf16 with dequantized weights, which plan.choose never lets draft while a row-exact
 plan is offered.
 """
