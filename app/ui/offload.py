@@ -123,7 +123,8 @@ class OffloadControl(QWidget):
         weights = info.memory_bytes(dtype, int4=int4, int8_head=int8_head)
         kv = info.kv_bytes_per_token(dtype, cpu=not gpu_layers) * KV_TOKENS
         kind = dtype + (" + int4" if int4 else "") + (" + int8 head" if int8_head else "")
-        text = f"≈ {format_bytes(weights)} weights ({kind}{source}) + {format_bytes(kv)} KV per {KV_TOKENS // 1024}k tokens"
+        text = (f"≈ {format_bytes(weights)} weights ({kind}{source}) + {format_bytes(kv)} KV "
+                f"per {KV_TOKENS // 1024}k tokens")
         if gpu_layers and info.n_layers:
             on_gpu = weights * min(gpu_layers, info.n_layers) // info.n_layers
             text += f"; ≈ {format_bytes(on_gpu)} on the GPU"

@@ -14,9 +14,9 @@ Where the seconds go (Gemma 3 270M, AVX2, 2 threads, a noisy VM: 8.5-9 s in all,
 building the shaped models (3.7 s for Gemma's five; the first of each dtype fills a 262k-row
 embedding that the others borrow), packing one int8 head for the plans with one (1.5 s for
 Gemma's 262k rows), and the steps themselves. The context the steps are timed from is put
-straight into the cache (_primed: 0.3-0.6 s per plan when it was fed as a prompt). Verifies are timed only for plans that can win with drafts: not for a hopeless
-one, nor for bf16 with dequantized weights, which plan.choose never lets draft while a row-exact
-plan is offered.
+straight into the cache (_primed: 0.3-0.6 s per plan when it was fed as a prompt). Verifies are
+timed only for plans that can win with drafts: not for a hopeless one, nor for bf16 with
+dequantized weights, which plan.choose never lets draft while a row-exact plan is offered.
 """
 
 from __future__ import annotations
