@@ -247,8 +247,8 @@ def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, ti
     # The estimate is now the measured plan's, int8 head included where the plan has one...
     weights = window.loaded_facts["main_weights"]
     kind = weights["dtype"] + (" + int8 head" if weights["int8_head"] else "")
-    loaded_bytes = picker.main_entry().info.memory_bytes(weights["dtype"], int4=False, int8_head=weights["int8_head"])
-    assert f"≈ {format_bytes(loaded_bytes)} weights ({kind}, as loaded)" in offload.detail.text()
+    assert weights["bytes"] == picker.main_entry().info.memory_bytes(weights["dtype"], int8_head=weights["int8_head"])
+    assert f"≈ {format_bytes(weights['bytes'])} weights ({kind}, as loaded)" in offload.detail.text()
     shot(window, "int4-unchecked-loaded")
     # ... until a setting differs from the load's: then it is the guess for the next load again.
     picker.int4_check.setChecked(True)

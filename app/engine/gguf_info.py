@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Callable, overload
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
@@ -153,7 +153,7 @@ def int4_packable(ggml_type: str, shape: tuple[int, ...], head: bool = False) ->
     weight): worth it in the layers, where a verify's rows cost less with them (and come out as
     decoding's), not for an output projection, which would be held beside a tied bf16 table.
     (Where a CPU computes a small bf16 copy row by row for clearly less, the loader keeps that
-    instead: rowexact.replaces_int4; memory_bytes then overcounts 0.5 bytes per weight.)"""
+    instead: rowexact.replaces_int4, which memory_bytes counts when it is given.)"""
     if head and ggml_type == "Q6_K":
         return False
     return ggml_type in INT4_PASSES and len(shape) == 2 and shape[1] % INT4_GROUP == 0 and shape[0] % 16 == 0
@@ -201,14 +201,18 @@ class GGUFInfo:
         toks = self.metadata.get("tokenizer.ggml.tokens")
         return toks if isinstance(toks, Sequence) and not isinstance(toks, str) else ()
 
-    def memory_bytes(self, dtype: str = "bfloat16", int4: bool = False, int8_head: bool = False) -> int:
+    def memory_bytes(self, dtype: str = "bfloat16", int4: bool = False, int8_head: bool = False,
+                     kept_in_dtype: Callable[["TensorInfo"], bool] | None = None) -> int:
         """Weights once loaded at `dtype`. A tied output shares token_embd, so it is counted once
         simply because the file holds it once. With `int4`, the layers' matrices and the output
         projection in a packable type stay quantized (a tied embedding keeps its `dtype` table
         for the input lookup, plus the packed head and its screening bound). With `int8_head` the
         output projection keeps its `dtype` table (for its exact products) and adds its int8
         weights, a byte each over K and two range columns rounded up to 32, and a few numbers per
-        token (app.engine.cpu.int8head; fbgemm's packed form is opaque, so this is the values' size)."""
+        token (app.engine.cpu.int8head; fbgemm's packed form is opaque, so this is the values' size).
+        kept_in_dtype(tensor) names the layer matrices an int4 load keeps in `dtype` after all
+        (app.engine.cpu.rowexact.replaces_int4, a measurement of this CPU: the engine passes it,
+        the window, which never imports torch, cannot, and counts them as int4)."""
         head = self.head_tensor()
         extra = 0
         if int8_head and head is not None:
@@ -220,7 +224,8 @@ class GGUFInfo:
         for t in self.tensors:
             is_head = t is head
             if (not (t.name.startswith("blk.") or is_head) or (is_head and int8_head)
-                    or not int4_packable(t.ggml_type, t.shape, head=is_head)):
+                    or not int4_packable(t.ggml_type, t.shape, head=is_head)
+                    or (not is_head and kept_in_dtype is not None and kept_in_dtype(t))):
                 total += t.n_elements * size
                 continue
             total += t.n_elements * INT4_PASSES[t.ggml_type] * _INT4_BYTES_PER_PASS

@@ -30,7 +30,7 @@ from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelle
 from app.engine.gguf_info import (GGUFInfo, check_tensor_table, format_bytes, int4_packable, read_gguf_info,
                                    read_tensor)
 from app.engine.machine import memory_limit_bytes
-from app.engine.cpu.rowexact import wrap_linears
+from app.engine.cpu.rowexact import replaces_int4, wrap_linears
 from app.engine.kvmodel import KVModel
 from app.engine.rope import apply_rope_scaling
 
@@ -67,6 +67,11 @@ class LoadedModel:
     def name(self) -> str:
         return self.info.name or self.path.stem
 
+    @property
+    def weights_bytes(self) -> int:
+        """What the weights hold once loaded, in this plan on this CPU."""
+        return weights_bytes(self.info, self.plan)
+
     def kv_model(self, n_ctx: int | None = None) -> KVModel:
         """A fresh KV cache over this model; n_ctx defaults to the model's context length."""
         kv = KVModel(self.model, n_ctx or self.info.context_length or None)
@@ -96,7 +101,14 @@ def estimate_load_bytes(info: GGUFInfo, plan: DevicePlan) -> int:
     quantized) plus one float32 tensor in flight (each tensor is dequantized to float32 before it
     is cast)."""
     largest = max((t.n_elements for t in info.tensors), default=0) * 4
-    return info.memory_bytes(plan.dtype_name, int4=plan.int4, int8_head=plan.int8_head) + largest
+    return weights_bytes(info, plan) + largest
+
+
+def weights_bytes(info: GGUFInfo, plan: DevicePlan) -> int:
+    """The weights' bytes in the plan, counting the layer matrices this CPU keeps in bf16 rather
+    than in int4 passes (app.engine.cpu.rowexact.replaces_int4) as the loader will."""
+    kept = replaces_int4 if plan.int4 else None
+    return info.memory_bytes(plan.dtype_name, int4=plan.int4, int8_head=plan.int8_head, kept_in_dtype=kept)
 
 
 def check_memory(info: GGUFInfo, plan: DevicePlan) -> None:

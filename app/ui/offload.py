@@ -113,14 +113,15 @@ class OffloadControl(QWidget):
 
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
         loaded = self._loaded_weights(info, gpu_layers)
-        if loaded is not None:
+        if loaded is not None:  # the engine's own count (it knows what this CPU keeps in bf16)
             dtype, int4, int8_head, source = loaded["dtype"], loaded["int4"], loaded["int8_head"], ", as loaded"
+            weights = loaded["bytes"]
         else:
             devices = self._devices or {}
             dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
             int4 = self._int4 and keeps_int4(dtype, on_cpu=not gpu_layers)
             int8_head, source = False, ""
-        weights = info.memory_bytes(dtype, int4=int4, int8_head=int8_head)
+            weights = info.memory_bytes(dtype, int4=int4)
         kv = info.kv_bytes_per_token(dtype, cpu=not gpu_layers) * KV_TOKENS
         kind = dtype + (" + int4" if int4 else "") + (" + int8 head" if int8_head else "")
         text = (f"≈ {format_bytes(weights)} weights ({kind}{source}) + {format_bytes(kv)} KV "

@@ -106,10 +106,10 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
 def pair_facts(pair: LoadedPair) -> dict[str, Any]:
     """What the window shows about a loaded pair (plain data for a signal)."""
     main, draft = pair.main, pair.draft
-    memory = main.info.memory_bytes(main.plan.dtype_name, int4=main.plan.int4, int8_head=main.plan.int8_head)
+    memory = main.weights_bytes
     load_s = main.load_s
     if draft is not None:
-        memory += draft.info.memory_bytes(draft.plan.dtype_name, int4=draft.plan.int4, int8_head=draft.plan.int8_head)
+        memory += draft.weights_bytes
         load_s += draft.load_s
     return {
         "main_name": main.name,
@@ -139,7 +139,7 @@ def weights_facts(model: Any) -> dict[str, Any]:
     control's estimate (app.ui.offload)."""
     plan = model.plan
     return {"path": str(model.path), "dtype": plan.dtype_name, "int4": plan.int4, "int8_head": plan.int8_head,
-            "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0}
+            "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0, "bytes": model.weights_bytes}
 
 
 def decode_settings(settings: GenSettings):
