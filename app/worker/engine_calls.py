@@ -106,22 +106,21 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
 def pair_facts(pair: LoadedPair) -> dict[str, Any]:
     """What the window shows about a loaded pair (plain data for a signal)."""
     main, draft = pair.main, pair.draft
-    memory = main.weights_bytes
-    load_s = main.load_s
-    if draft is not None:
-        memory += draft.weights_bytes
-        load_s += draft.load_s
+    main_weights = weights_facts(main)
+    draft_weights = weights_facts(draft) if draft is not None else None
+    memory = main_weights["bytes"] + (draft_weights["bytes"] if draft_weights is not None else 0)
+    load_s = main.load_s + (draft.load_s if draft is not None else 0.0)
     return {
         "main_name": main.name,
         "main_path": str(main.path),
         "main_plan": main.plan.describe(),
         "main_plan_reason": main.plan_reason,
         "main_int4": main.plan.int4,
-        "main_weights": weights_facts(main),
+        "main_weights": main_weights,
         "draft_name": draft.name if draft is not None else None,
         "draft_path": str(draft.path) if draft is not None else None,
         "draft_plan": draft.plan.describe() if draft is not None else None,
-        "draft_weights": weights_facts(draft) if draft is not None else None,
+        "draft_weights": draft_weights,
         "drafter": pair.spec.drafter,
         "drafter_name": pair.drafter.name,
         "draft_text_level": pair.drafter.text_level,
