@@ -140,7 +140,9 @@ def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, mo
         patch.setattr(torch, "__version__", "9.9.9")  # another torch: the entry does not apply
         assert cpu_plan.cached_curves(info, options) is None
     with monkeypatch.context() as patch:
-        patch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # another CPU class
+        # another CPU class than this one's, whichever this one is
+        other = "AVX2" if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else "AVX512"
+        patch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
         assert cpu_plan.cached_curves(info, options) is None
     assert cpu_plan.cached_curves(info, options) is not None
     # Another shape (fewer plans to choose among) is another entry too.
