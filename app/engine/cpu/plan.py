@@ -142,7 +142,8 @@ def expected_speed(curve: CostCurve, alpha: float, k_max: int = 16) -> tuple[flo
 
 
 def choose(curves: dict[str, CostCurve], drafter: str) -> PlanChoice:
-    """The plan of the highest expected speed with this drafter ("none", "lookup", "draft")."""
+    """The plan of the highest expected speed with this drafter ("none", "lookup", "draft"), a
+    tie (TIE_BAND) going to the faster one-token step."""
     alpha = EXPECTED_ACCEPTANCE.get(drafter, 0.0)
     left_out = []
     if drafter != "none" and any(OPTIONS[name].exact_verify for name in curves):
