@@ -155,11 +155,12 @@ def choose(curves: dict[str, CostCurve], drafter: str) -> PlanChoice:
     # Within TIE_BAND of the best expected speed (a guess from an assumed acceptance and verifies
     # timed once), the faster one-token step wins: it is measured more surely, and it is what a
     # reply runs at wherever drafts are rejected and the schedule stops drafting.
-    fastest = max(speed for speed, _ in speeds.values())
-    best = max((name for name in speeds if speeds[name][0] >= (1 - TIE_BAND) * fastest), key=plain.__getitem__)
+    best_expected = max(speed for speed, _ in speeds.values())
+    tied = [name for name in speeds if speeds[name][0] >= (1 - TIE_BAND) * best_expected]
+    best = max(tied, key=plain.__getitem__)
     others = ", ".join([f"{OPTIONS[n].name} {speeds[n][0]:.0f}" for n in speeds if n != best]
                        + [f"{n} not with drafting (its verify is not row-exact)" for n in left_out])
-    tie = ", the fastest one-token step of a tie" if speeds[best][0] < fastest else ""
+    tie = ", the fastest one-token step of a tie" if speeds[best][0] < best_expected else ""
     if alpha > 0:
         reason = (f"measured: {speeds[best][0]:.0f} tok/s expected with {drafter} drafting at {alpha:.0%} acceptance "
                   f"({plain[best]:.0f} plain{tie}); {others or 'no other plan'}")
