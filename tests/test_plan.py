@@ -189,6 +189,12 @@ def test_curves_measured_on_a_busy_cpu_are_not_kept():
     assert calibrate.is_steady([(0.0005, 0.0012)] * 12)  # tiny steps jitter: not a busy CPU
 
 
+def test_a_point_slowed_above_a_later_one_takes_the_later_ones_cost():
+    # Gemma 3 270M's int4 curve as a busy AVX-512 VM once timed it (ms): 4 tokens above 8.
+    assert calibrate.monotone((0.0187, 0.0202, 0.1380, 0.0620, 0.1690)) == (0.0187, 0.0202, 0.0620, 0.0620, 0.1690)
+    assert calibrate.monotone((0.01, 0.02, 0.03)) == (0.01, 0.02, 0.03)
+
+
 def test_plans_that_do_not_fit_in_memory_are_left_out(tiny_q4_path, monkeypatch):
     info = read_gguf_info(tiny_q4_path)
     bf16_bytes = info.memory_bytes("bfloat16") + max(t.n_elements for t in info.tensors) * 4
