@@ -153,6 +153,23 @@ def test_without_evidence_a_drafter_that_sees_no_copy_starts_with_one_draft():
 def test_the_drafter_is_asked_only_where_its_answer_changes_the_length():
     asked = []
     drafting = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
-    drafting.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
-    drafting.length(100, confident=lambda: asked.append(1) or True)
+    drafting.update(3, 2, GEMMA_INT4_AVX2.cost(4), n_asked=3, draft_s=0.0001)
+    assert drafting.length(100, confident=lambda: asked.append(1) or True) > 0
     assert asked == []
+    drafting.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)  # all accepted: asked once
+    drafting.length(100, confident=lambda: asked.append(1) or True)
+    assert asked == [1]
+
+
+def test_a_hit_where_the_drafter_sees_no_copy_does_not_force_a_longer_draft():
+    """After a draft accepted whole the next one is forced longer (acceptance comes in runs),
+    unless the drafter says no copy is running: then the hit was most likely chance, and the
+    rates alone decide."""
+    def after_a_lucky_probe() -> AdaptiveDraftLength:
+        schedule = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
+        _rejecting(schedule, 6)
+        schedule.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
+        return schedule
+    assert after_a_lucky_probe().length(100, confident=lambda: True) >= 2
+    assert after_a_lucky_probe().length(100, confident=lambda: None) >= 2  # a draft model cannot tell
+    assert after_a_lucky_probe().length(100, confident=lambda: False) <= 1
