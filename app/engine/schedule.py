@@ -38,8 +38,8 @@ replies (both demo models, 32, 64 and 128 tokens, the int4 plans' curves on AVX-
 that raised the slowest reply from 0.86-0.90x of plain decoding to 0.89-0.95x (SmolLM2's
 summary: a forced 2-3 token draft after each lucky probe) and the geometric mean of all by
 2%; a few replies lost up to 11% (Gemma's AVX2 chat at 32 tokens), more gained as much. The
-draft length never changes what is generated,
-only how fast: outputs stay identical to plain decoding.
+draft length never changes what is generated, only how fast: outputs stay identical to plain
+decoding.
 """
 
 from __future__ import annotations

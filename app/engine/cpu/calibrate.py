@@ -77,10 +77,11 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
             curves[option.name] = step
         else:
             # Verifies are timed as often as the one-token step: the draft length and the plan
-            # follow their ratios to it, and one timed run of each (the rule until 4) put Gemma 3
-            # 270M's 8-token verify at 1.26x what five runs at once measured (48.5 ms against
-            # 38.5, AVX-512), which halved the draft lengths that paid. Only the one-token
-            # steps' spreads tell whether the CPU was busy.
+            # follow their ratios to it, and one timed run of each (before the cache's version 4)
+            # put Gemma 3 270M's 8-token verify at 1.26x what five runs measured (48.5 ms against
+            # 38.5, AVX-512); replayed through the schedule, that curve made the bench's
+            # code-rewrite reply 1.97x plain decoding where the other made it 2.67x. Only the
+            # one-token steps' spreads tell whether the CPU was busy.
             verifies, _ = timer.time(MEASURED_TOKENS[1:])
             curves[option.name] = CostCurve(monotone(step.seconds + verifies.seconds))
         fastest = min(fastest, step.seconds[0])
