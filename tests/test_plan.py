@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from app.engine.cpu import calibrate, quantlinear, rowexact
+from app.engine.cpu import calibrate, probe, quantlinear, rowexact
 from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.plan import CostCurve, choose, expected_speed
 from app.engine.gguf_info import read_gguf_info
@@ -193,6 +193,34 @@ def test_a_point_slowed_above_a_later_one_takes_the_later_ones_cost():
     # Gemma 3 270M's int4 curve as a busy AVX-512 VM once timed it (ms): 4 tokens above 8.
     assert calibrate.monotone((0.0187, 0.0202, 0.1380, 0.0620, 0.1690)) == (0.0187, 0.0202, 0.0620, 0.0620, 0.1690)
     assert calibrate.monotone((0.01, 0.02, 0.03)) == (0.01, 0.02, 0.03)
+
+
+def test_a_probe_is_measured_once_per_machine_and_again_after_forget(plan_cache):
+    """A close call measured in every process came out either way by chance (and changed the plan
+    cache's key with it): the first outcome on a machine is kept, until `specula calibrate`."""
+    measured = []
+
+    def measure(outcome):
+        return lambda: measured.append(outcome) or outcome
+
+    assert probe.remembered("close call", measure(True)) is True
+    assert probe.remembered("close call", measure(False)) is True  # kept: not measured again
+    assert probe.remembered("other", measure(False)) is False
+    assert measured == [True, False]
+    kept = json.loads((plan_cache.parent / "probes.json").read_text())
+    assert kept == {probe.machine_key(): {"close call": True, "other": False}}
+    probe.forget()
+    assert probe.remembered("close call", measure(False)) is False
+    (plan_cache.parent / "probes.json").write_text("{damaged")
+    assert probe.remembered("close call", measure(True)) is True  # a damaged file is a miss
+
+
+def test_an_unwritable_probe_cache_only_means_measuring_again(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # specula/ cannot be made under a file
+    assert probe.remembered("close call", lambda: True) is True
+    assert probe.remembered("close call", lambda: False) is False
 
 
 def test_plans_that_do_not_fit_in_memory_are_left_out(tiny_q4_path, monkeypatch):

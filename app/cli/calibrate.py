@@ -17,6 +17,7 @@ def register(sub) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from app.engine.cpu import plan as cpu_plan
+    from app.engine.cpu import probe
     from app.engine.fastload import can_fast_load
     from app.engine.gguf_info import read_gguf_info
     from app.engine.loader import check_supported, choose_cpu_plan
@@ -26,6 +27,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not can_fast_load(info):
         print(f"specula: {info.architecture} models run in float32 on the CPU: no plan to measure", file=sys.stderr)
         return 0
+    probe.forget()  # the kernel probes too (which matrices load as bf16 rows is part of the plan's key)
     choice = choose_cpu_plan(info, "none", int4=not args.no_int4, recalibrate=True)
     print(format_curves(choice.curves))
     for drafter in cpu_plan.EXPECTED_ACCEPTANCE:

@@ -20,21 +20,16 @@ and model shape (`plans.json` beside the tokenizer cache) and redone by `specula
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import platform
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from app.engine.cpu import rowexact
+from app.engine.cpu.probe import cache_dir, machine_key, read_json, write_json
 from app.engine.gguf_info import GGUFInfo
 from app.engine.schedule import expected_tokens
 
-log = logging.getLogger(__name__)
 
 # A one-token step and verifies of 1, 3, 7 and 15 drafts. torch's int4 kernel computes rows in
 # blocks of four: on AVX2 4 rows cost 1.4-1.9 times one row and 5 rows as much as 8, so a verify
@@ -173,14 +168,7 @@ def choose(curves: dict[str, CostCurve], drafter: str) -> PlanChoice:
 
 
 def cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specula" / "plans.json"
-
-
-def machine_key() -> str:
-    """This CPU as torch sees it: model name, the kernels torch dispatches to, threads, version."""
-    return "|".join([_cpu_model(), torch.backends.cpu.get_cpu_capability(), str(torch.get_num_threads()),
-                     torch.__version__, platform.machine()])
+    return cache_dir() / "plans.json"
 
 
 def shape_key(info: GGUFInfo, options: list[PlanOption]) -> str:
@@ -203,16 +191,6 @@ def _short(name: str) -> str:
     return name.split(".", 2)[-1] if name.startswith("blk.") else name
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def cached_curves(info: GGUFInfo, options: list[PlanOption]) -> dict[str, CostCurve] | None:
     entry = _read_cache().get(machine_key(), {}).get(shape_key(info, options))
     if not isinstance(entry, dict):
@@ -232,22 +210,10 @@ def store_curves(info: GGUFInfo, options: list[PlanOption], curves: dict[str, Co
     data[machine_key()] = {**data.get(machine_key(), {}),
                            shape_key(info, options): {n: list(c.seconds) for n, c in curves.items()}}
     data["version"] = _CACHE_VERSION
-    path = cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".plans-", delete=False) as out:
-            json.dump(data, out)
-        os.replace(out.name, path)  # never a half-written cache
-    except OSError as exc:
-        log.warning("could not save the measured plan to %s: %s", path, exc)
+    write_json(cache_file(), data)
 
 
 def _read_cache() -> dict:
     """The cache, or {} when it is missing, unreadable or of another version (a miss, never an error)."""
-    try:
-        data = json.loads(cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
-        return {}
-    return data
+    data = read_json(cache_file())
+    return data if data.get("version") == _CACHE_VERSION else {}

@@ -25,7 +25,7 @@ import logging
 
 import torch
 
-from app.engine.cpu.probe import fastest
+from app.engine.cpu.probe import fastest, remembered
 from app.engine.gguf_info import INT4_PASSES, int4_packable
 
 from app.engine.cpu.attention import ROW_BY_ROW_QUERIES as MAX_ROWS  # the most rows a verify has
@@ -87,22 +87,27 @@ def replaces_int4(tensor) -> bool:
     return n_passes > 1 and stays_cached(n * k) and beats_int4_passes(n_passes)
 
 
+@functools.cache  # asked for every matrix of a load
 def beats_int4_passes(n_passes: int) -> bool:
     """Whether a bf16 copy of a matrix that stays in the CPU's caches, computed row by row as
     RowExactLinear does, costs clearly less than torch's int4 kernel in n_passes passes, for one
     token and for a verify of four alike (so that decoding and drafting both gain). On AVX2 (2
     threads, one run): an int4 pass 0.11 ms for one row and 0.20 for four, a bf16 row 0.14, so
-    Q6_K's four passes lose and two passes (Q5_0, Q8_0) win."""
-    int4_one, int4_four, bf16_row = _measured_costs()
-    return (bf16_row < _CLEAR_MARGIN * n_passes * int4_one
-            and 4 * bf16_row < _CLEAR_MARGIN * n_passes * int4_four)
+    Q6_K's four passes lose and two passes (Q5_0, Q8_0) win. Measured once per machine
+    (probe.remembered): a close call must not come out another way in the next process."""
+    def measure() -> bool:
+        int4_one, int4_four, bf16_row = _measured_costs()
+        return (bf16_row < _CLEAR_MARGIN * n_passes * int4_one
+                and 4 * bf16_row < _CLEAR_MARGIN * n_passes * int4_four)
+
+    return remembered(f"bf16 rows beat {n_passes} int4 passes", measure)
 
 
 @functools.cache
 def _measured_costs() -> tuple[float, float, float]:
     """Seconds of one int4 pass for one and four rows and of one bf16 row, on a 640 x 2048
-    matrix (Gemma 3 270M's Q6_K ffn_down): measured once per process (about 20 ms), never read
-    from a CPU flag."""
+    matrix (Gemma 3 270M's Q6_K ffn_down), about 20 ms, where beats_int4_passes has no outcome
+    kept for this machine; never read from a CPU flag."""
     from app.engine.cpu.quantlinear import GROUP  # quantlinear needs nothing from here: no cycle
 
     n, k = 640, 2048

@@ -27,7 +27,7 @@ import functools
 
 import torch
 
-from app.engine.cpu.probe import fastest
+from app.engine.cpu.probe import fastest, remembered
 
 from app.engine.cpu.quantlinear import GROUP, PACK_ROWS, Int4Linear, layout_is_known, sum_passes
 
@@ -51,8 +51,12 @@ def screening_pays() -> bool:
     (bf16 instructions: AVX-512 bf16, AMX), which screening needs in order to pay. Without them
     (AVX2) each bf16 row costs about what an int4 row does, and the int4 kernel computes four
     rows for about twice one: on Gemma 3 270M's head (AVX2, 2 threads) screening 4 rows took 104
-    ms against 58 for their exact logits, 16 rows 361 against 149. Measured once per process on a
-    product of 8 MB (about 0.1 s), never read from a CPU flag."""
+    ms against 58 for their exact logits, 16 rows 361 against 149. Measured once per machine
+    (probe.remembered) on a product of 8 MB (about 0.1 s), never read from a CPU flag."""
+    return remembered("bf16 screening pays", _bf16_rows_amortize)
+
+
+def _bf16_rows_amortize() -> bool:
     weight = torch.randn(4096, 1024).to(torch.bfloat16)
     one, eight = torch.randn(1, 1024).to(torch.bfloat16), torch.randn(8, 1024).to(torch.bfloat16)
     with torch.inference_mode():
