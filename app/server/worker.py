@@ -148,6 +148,7 @@ class ModelWorker:
             started = time.monotonic()
             try:
                 if job.cancelled():
+                    self._release(job)
                     job.post(shutting_down() if job.shutdown else ApiError(499, "cancelled", "cancelled"))
                 else:
                     with self._lock:
@@ -155,9 +156,18 @@ class ModelWorker:
                     self._generate(job)
                     self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.monotonic() - started)
             finally:
-                with self._lock:
-                    self._running = None
-                    self._admitted.remove(job)
+                self._release(job)
+
+    def _release(self, job: Job) -> None:
+        """Free the job's place (once). Called before its last event is posted too: its client
+        may send the next request the moment it reads that event, and must find room then, not
+        when this thread gets round to it (with no waiting room, tests/test_server_security.py's
+        back-to-back requests got 503 under load)."""
+        with self._lock:
+            if self._running is job:
+                self._running = None
+            if job in self._admitted:
+                self._admitted.remove(job)
 
     def _generate(self, job: Job) -> None:
         previous, self._cache_client = self._cache_client, None  # unknown until this one ends well
@@ -167,17 +177,20 @@ class ModelWorker:
                     event = DoneEvent(client_view(event.summary, same_client=previous == job.client))
                     self._cache_client = job.client
                     self.stats.record(event.summary)
+                    self._release(job)
                 job.post(event)
         except ContextFullError as exc:
-            self.stats.count("requests_failed")
-            job.post(context_exceeded(str(exc), "messages"))
+            self._failed(job, context_exceeded(str(exc), "messages"))
         except SpeculaError as exc:
-            self.stats.count("requests_failed")
-            job.post(ApiError(500, str(exc), "generation_failed", error_type="server_error"))
+            self._failed(job, ApiError(500, str(exc), "generation_failed", error_type="server_error"))
         except Exception:
-            self.stats.count("requests_failed")
             log.exception("generation failed")
-            job.post(internal_error())
+            self._failed(job, internal_error())
+
+    def _failed(self, job: Job, error: ApiError) -> None:
+        self.stats.count("requests_failed")
+        self._release(job)
+        job.post(error)
 
 
 def client_view(summary: RunSummary, same_client: bool) -> RunSummary:
