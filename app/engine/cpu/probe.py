@@ -64,34 +64,26 @@ def _cpu_model() -> str:
 def remembered(name: str, measure: Callable[[], bool]) -> bool:
     """The outcome of the probe `name` on this machine: as first measured here, else measured now
     and kept (an unwritable cache only means measuring again next time)."""
-    data = _read()
+    data = read_json(_path())
     entry = data.get(machine_key())
     entry = entry if isinstance(entry, dict) else {}
     if isinstance(entry.get(name), bool):
         return entry[name]
     outcome = bool(measure())
     data[machine_key()] = {**entry, name: outcome}
-    _write(data)
+    write_json(_path(), data)
     return outcome
 
 
 def forget() -> None:
     """Drop this machine's probe outcomes: the next ones are measured again."""
-    data = _read()
+    data = read_json(_path())
     if data.pop(machine_key(), None) is not None:
-        _write(data)
+        write_json(_path(), data)
 
 
 def _path() -> Path:
     return cache_dir() / "probes.json"
-
-
-def _read() -> dict:
-    return read_json(_path())
-
-
-def _write(data: dict) -> None:
-    write_json(_path(), data)
 
 
 def read_json(path: Path) -> dict:
