@@ -173,3 +173,19 @@ def test_a_hit_where_the_drafter_sees_no_copy_does_not_force_a_longer_draft():
     assert after_a_lucky_probe().length(100, confident=lambda: True) >= 2
     assert after_a_lucky_probe().length(100, confident=lambda: None) >= 2  # a draft model cannot tell
     assert after_a_lucky_probe().length(100, confident=lambda: False) <= 1
+
+
+def test_where_the_drafter_sees_no_copy_drafts_reach_at_most_four_times_as_far_as_the_evidence():
+    """One probe accepted lends its rate to every position past it; where prompt lookup sees no
+    copy running, that hit was most likely chance (SmolLM2's summary: 15 drafts next, all
+    rejected), so the next draft reaches at most _GROWTH positions."""
+    def after_one_hit() -> AdaptiveDraftLength:
+        schedule = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
+        schedule.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
+        return schedule
+    assert after_one_hit().length(100, confident=lambda: None) > 4  # a draft model cannot tell
+    assert after_one_hit().length(100, confident=lambda: True) > 4
+    assert 1 <= after_one_hit().length(100, confident=lambda: False) <= 4
+    deeper = after_one_hit()
+    deeper.update(4, 4, GEMMA_INT4_AVX2.cost(5), n_asked=4, draft_s=0.0001)
+    assert deeper.length(100, confident=lambda: False) <= 16
