@@ -43,7 +43,12 @@ log = logging.getLogger(__name__)
 _MAX_LAYERS = 8
 _WHOLE_BELOW_BYTES = 2 << 30  # models up to about 1B weights (bf16) are timed whole
 _CONTEXT = 32  # tokens already in the cache when steps are timed: a short chat turn
-_REPEATS = 2
+_REPEATS = 3  # timed runs of each verify: the schedule and the plan use their ratios to the one-token step
+# Timed runs of the one-token step, the anchor of every ratio: a run slowed by the machine there
+# made every verify look cheaper (SmolLM2, AVX-512, five calibrations with two runs each: its
+# 8-token verify at 1.76-2.28x the step, 1.89-2.36x with three and five; run on the real model,
+# 2.09x). Gemma 3 270M's calibration still took 5.3-5.4 s.
+_STEP_REPEATS = 5
 _UNSTEADY_SPREAD = 1.5  # slowest / fastest run of one step beyond which the CPU was busy
 _TOKENS_USED = 128  # token ids fed while timing: 1.._CONTEXT, then 100..116
 
@@ -71,7 +76,7 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
         if option.int8_head:
             _install_int8_head(model, int8_heads)
         timer = _Timer(model, info.n_layers, cancel)
-        step, spread = timer.time(MEASURED_TOKENS[:1])
+        step, spread = timer.time(MEASURED_TOKENS[:1], _STEP_REPEATS)
         spreads.extend(spread)
         if step.seconds[0] > HOPELESS_STEP_RATIO * fastest or (any_exact and not option.exact_verify):
             curves[option.name] = step

@@ -44,7 +44,8 @@ EXPECTED_ACCEPTANCE = {"none": 0.0, "lookup": 0.5, "draft": 0.6}
 # A step yields at most 1 / (1 - alpha) tokens on average, so a plan whose one-token step is this
 # many times the fastest one's cannot win at any expected acceptance: its verifies are not timed.
 HOPELESS_STEP_RATIO = 1.0 / (1.0 - max(EXPECTED_ACCEPTANCE.values()))
-_CACHE_VERSION = 4  # 2: MEASURED_TOKENS at the ends of the int4 kernel's blocks; 3: int8 heads; 4: their cheaper verifies
+_CACHE_VERSION = 5  # 2: MEASURED_TOKENS at the ends of the int4 kernel's blocks; 3: int8 heads; 4: their cheaper verifies;
+# 5: steps timed more often
 
 
 @dataclass(frozen=True)
