@@ -54,7 +54,7 @@ def commands(files: dict[str, Path]) -> dict[str, list[str]]:
         "pair-bad": ["check-pair", tiny, str(files["other-vocab-type"])],
         # Header facts and the benchmark.
         "inspect-json": ["inspect", tiny, "--json"],
-        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf", "--no-llama-cpp"],
+        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf", "--no-llama-cpp", "-r", "3"],
     }
 
 
@@ -332,6 +332,17 @@ def test_bench_table(cli):
     lines = result.stdout.splitlines()
     header = next(line for line in lines if line.startswith("prompt"))
     assert header.split()[-1] == "identical"
+    assert "each row the median of 3 runs" in lines[0]
     rows = {line.split()[1]: line.split() for line in lines if line.startswith("chat ")}
     assert set(rows) == {"none", "lookup"}
     assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp: no peer rows
+
+
+def test_bench_repeats_keep_the_run_of_median_time():
+    from app.cli.bench import _median_run
+
+    times = iter([0.9, 0.3, 0.5, 2.0, 0.4])
+    calls = []
+    kept = _median_run(5, lambda: calls.append(1) or (["tokens"], next(times), "summary"))
+    assert kept == (["tokens"], 0.5, "summary") and len(calls) == 5
+    assert _median_run(1, lambda: ([], 1.5))[1] == 1.5

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable, TypeVar
 
 import torch
 
@@ -27,6 +28,8 @@ from app.engine.loader import LoadedModel
 from app.engine.pair import LOOKUP, NONE, make_drafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import DecodeSettings, generate
+
+_Run = TypeVar("_Run", bound=tuple)
 
 
 @dataclass
@@ -105,6 +108,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
           f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+          + (f"; each row the median of {args.repeat} runs" if args.repeat > 1 else "")
           + ("; rows marked [plan]: the same file in that plan" if len(forms) > 1 else ""))
     # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
     # drafter once on a short reply before timing anything.
@@ -123,7 +127,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
             for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
                 runs_on = form_runs_on.get(drafter_name, form_main)
-                tokens, seconds, summary = _ours(runs_on, drafter, ids, run_settings)
+                tokens, seconds, summary = _median_run(args.repeat, lambda: _ours(runs_on, drafter, ids, run_settings))
                 if baseline_tokens is None:
                     baseline_tokens, baseline_s = tokens, seconds
                 row = _row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
@@ -143,11 +147,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if draft_model is not None:
                 peers["hf assisted"] = {"assistant_model": draft_model}
             for name, kwargs in peers.items():
-                tokens, seconds = _transformers(main, ids, args.n_predict, args.draft_max, args.draft_p_min, **kwargs)
+                tokens, seconds = _median_run(args.repeat, lambda: _transformers(
+                    main, ids, args.n_predict, args.draft_max, args.draft_p_min, **kwargs))
                 rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
         if llama is not None:
             for name in llama.models:
-                tokens, seconds, decode_tps = llama.run(name, ids, args.n_predict)
+                tokens, seconds, decode_tps = _median_run(args.repeat, lambda: llama.run(name, ids, args.n_predict))
                 rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None, decode_tps))
     print(format_table(rows))
     note = _identity_note(rows, main)
@@ -229,6 +234,14 @@ def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
         for k in lengths:
             fixed = DecodeSettings(**{**settings.__dict__, "draft_max": k, "adaptive_draft": False})
             yield f"{name} fixed {k}", name, drafter, fixed
+
+
+def _median_run(repeats: int, run: Callable[[], _Run]) -> _Run:
+    """Of `repeats` runs in a row, the one of median wall time (its seconds are the result's
+    second item), as llama-bench's -r repeats: on a busy or noisy machine one slow or lucky run
+    then does not decide a row (on a 2-core VM the same 32-token reply decoded at 94-127 tok/s)."""
+    runs = sorted((run() for _ in range(max(repeats, 1))), key=lambda result: result[1])
+    return runs[len(runs) // 2]
 
 
 def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc,
