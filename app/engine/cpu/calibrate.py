@@ -47,7 +47,7 @@ _REPEATS = 3  # timed runs of each verify: the schedule and the plan use their r
 # Timed runs of the one-token step, the anchor of every ratio: a run slowed by the machine there
 # made every verify look cheaper (SmolLM2, AVX-512, five calibrations with two runs each: its
 # 8-token verify at 1.76-2.28x the step, 1.89-2.36x with three and five; run on the real model,
-# 2.09x). Gemma 3 270M's calibration still took 5.3-5.4 s.
+# 2.09x). Gemma 3 270M's calibration took 5.0-5.9 s on both kernel classes.
 _STEP_REPEATS = 5
 _UNSTEADY_SPREAD = 1.5  # slowest / fastest run of one step beyond which the CPU was busy
 _TOKENS_USED = 128  # token ids fed while timing: 1.._CONTEXT, then 100..116
