@@ -338,11 +338,17 @@ def test_bench_table(cli):
     assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp: no peer rows
 
 
-def test_bench_repeats_keep_the_run_of_median_time():
-    from app.cli.bench import _median_run
+def test_bench_repeats_run_in_rounds_and_keep_each_rows_run_of_median_time():
+    from app.cli.bench import _interleaved_runs
 
-    times = iter([0.9, 0.3, 0.5, 2.0, 0.4])
+    times = {"plain": iter([0.9, 0.3, 0.5, 2.0, 0.4]), "lookup": iter([0.2, 0.6, 0.1, 0.7, 0.3])}
     calls = []
-    kept = _median_run(5, lambda: calls.append(1) or (["tokens"], next(times), "summary"))
-    assert kept == (["tokens"], 0.5, "summary") and len(calls) == 5
-    assert _median_run(1, lambda: ([], 1.5))[1] == 1.5
+
+    def run(name):
+        calls.append(name)
+        return (["tokens"], next(times[name]), name)
+
+    kept = _interleaved_runs(5, {("", "plain"): lambda: run("plain"), ("", "lookup"): lambda: run("lookup")})
+    assert kept == {("", "plain"): (["tokens"], 0.5, "plain"), ("", "lookup"): (["tokens"], 0.3, "lookup")}
+    assert calls == ["plain", "lookup"] * 5  # rounds: a drift of the machine's speed hits both rows alike
+    assert _interleaved_runs(1, {("hf", "x"): lambda: ([], 1.5)})[("hf", "x")][1] == 1.5

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, TypeVar
+from typing import Callable
 
 import torch
 
@@ -29,7 +30,7 @@ from app.engine.pair import LOOKUP, NONE, make_drafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import DecodeSettings, generate
 
-_Run = TypeVar("_Run", bound=tuple)
+_Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
 
 
 @dataclass
@@ -122,38 +123,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if category not in PROMPTS:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
         ids = _prompt_ids(main, PROMPTS[category])
-        first_baseline, own_plain = None, {}
+        runs: dict[tuple[str, str], Callable[[], _Run]] = {}
         for suffix, form_main, form_drafters, form_runs_on in forms:
-            baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
             for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
                 runs_on = form_runs_on.get(drafter_name, form_main)
-                tokens, seconds, summary = _median_run(args.repeat, lambda: _ours(runs_on, drafter, ids, run_settings))
-                if baseline_tokens is None:
-                    baseline_tokens, baseline_s = tokens, seconds
-                row = _row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
-                           summary.accept_rate if name != NONE else None,
-                           summary.mean_accepted_length if name != NONE else None, summary.decode_tps)
-                if runs_on is not form_main:
-                    # Another plan: its speed against this plain decoding, its text against plain
-                    # decoding in its own plan (plans may round a near-tie differently).
-                    if id(runs_on) not in own_plain:
-                        own_plain[id(runs_on)] = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
-                    row = dataclasses.replace(row, identical=tokens == own_plain[id(runs_on)])
-                rows.append(row)
-            first_baseline = first_baseline or (baseline_tokens, baseline_s)
-        baseline_tokens, baseline_s = first_baseline
-        if not args.no_hf:
-            peers = {"hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
-            if draft_model is not None:
-                peers["hf assisted"] = {"assistant_model": draft_model}
-            for name, kwargs in peers.items():
-                tokens, seconds = _median_run(args.repeat, lambda: _transformers(
-                    main, ids, args.n_predict, args.draft_max, args.draft_p_min, **kwargs))
-                rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None))
-        if llama is not None:
-            for name in llama.models:
-                tokens, seconds, decode_tps = _median_run(args.repeat, lambda: llama.run(name, ids, args.n_predict))
-                rows.append(_row(category, name, tokens, seconds, baseline_tokens, baseline_s, None, None, decode_tps))
+                runs[(suffix, name)] = functools.partial(_ours, runs_on, drafter, ids, run_settings)
+        peers = {} if args.no_hf else {"hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
+        if peers and draft_model is not None:
+            peers["hf assisted"] = {"assistant_model": draft_model}
+        for name, kwargs in peers.items():
+            runs[("hf", name)] = functools.partial(_transformers, main, ids, args.n_predict, args.draft_max,
+                                                   args.draft_p_min, **kwargs)
+        for name in llama.models if llama is not None else ():
+            runs[("llama.cpp", name)] = functools.partial(llama.run, name, ids, args.n_predict)
+        results = _interleaved_runs(args.repeat, runs)
+        rows.extend(_prompt_rows(category, forms, settings, args.draft_sweep, results, ids))
     print(format_table(rows))
     note = _identity_note(rows, main)
     if note:
@@ -236,12 +220,49 @@ def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
             yield f"{name} fixed {k}", name, drafter, fixed
 
 
-def _median_run(repeats: int, run: Callable[[], _Run]) -> _Run:
-    """Of `repeats` runs in a row, the one of median wall time (its seconds are the result's
-    second item), as llama-bench's -r repeats: on a busy or noisy machine one slow or lucky run
-    then does not decide a row (on a 2-core VM the same 32-token reply decoded at 94-127 tok/s)."""
-    runs = sorted((run() for _ in range(max(repeats, 1))), key=lambda result: result[1])
-    return runs[len(runs) // 2]
+def _interleaved_runs(repeats: int, runs: dict[tuple[str, str], Callable[[], _Run]]) -> dict[tuple[str, str], _Run]:
+    """Every run `repeats` times, round by round (A B C, A B C, ...), and for each the run of
+    median wall time (its seconds are the result's second item), as llama-bench's -r repeats.
+    Rounds, not each row's repeats in a row: on a shared VM the machine's speed drifts over
+    seconds, and SmolLM2's chat reply with five plain runs before five lookup runs measured
+    lookup at 0.78x-1.15x of plain in six runs of the same code, 0.95x-1.02x in rounds."""
+    results: dict[tuple[str, str], list[_Run]] = {key: [] for key in runs}
+    for _ in range(max(repeats, 1)):
+        for key, run in runs.items():
+            results[key].append(run())
+    return {key: sorted(done, key=lambda result: result[1])[len(done) // 2] for key, done in results.items()}
+
+
+def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: str | None,
+                 results: dict[tuple[str, str], _Run], ids: list[int]) -> list[BenchRow]:
+    """The table's rows for one prompt: each form's drafters against that form's plain decoding,
+    then the peers against the first form's."""
+    rows: list[BenchRow] = []
+    first_baseline, own_plain = None, {}
+    for suffix, form_main, form_drafters, form_runs_on in forms:
+        baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
+        for name, drafter_name, _, _ in _configs(form_drafters, settings, sweep):
+            runs_on = form_runs_on.get(drafter_name, form_main)
+            tokens, seconds, summary = results[(suffix, name)]
+            if baseline_tokens is None:
+                baseline_tokens, baseline_s = tokens, seconds
+            row = _row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
+                       summary.accept_rate if name != NONE else None,
+                       summary.mean_accepted_length if name != NONE else None, summary.decode_tps)
+            if runs_on is not form_main:
+                # Another plan: its speed against this plain decoding, its text against plain
+                # decoding in its own plan (plans may round a near-tie differently).
+                if id(runs_on) not in own_plain:
+                    own_plain[id(runs_on)] = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
+                row = dataclasses.replace(row, identical=tokens == own_plain[id(runs_on)])
+            rows.append(row)
+        first_baseline = first_baseline or (baseline_tokens, baseline_s)
+    baseline_tokens, baseline_s = first_baseline
+    for (kind, name), result in results.items():
+        if kind in ("hf", "llama.cpp"):
+            rows.append(_row(category, name, result[0], result[1], baseline_tokens, baseline_s, None, None,
+                             result[2] if kind == "llama.cpp" else None))
+    return rows
 
 
 def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc,

@@ -24,7 +24,7 @@ def register(sub) -> None:
     bench.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per reply (default 64)")
     bench.add_argument("--prompts", default=",".join(PROMPTS), help=f"categories to run (default {','.join(PROMPTS)})")
     bench.add_argument("-r", "--repeat", type=int, default=1, metavar="N",
-                       help="run each row N times in a row and show the run of median time (as llama-bench's -r; default 1)")
+                       help="run every row N times, in rounds (each row once, then again), and show each row's run of median time (as llama-bench's -r; default 1)")
     bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate() rows")
     bench.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows (shown when llama-cpp-python is installed)")
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
