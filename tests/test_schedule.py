@@ -189,3 +189,35 @@ def test_where_the_drafter_sees_no_copy_drafts_reach_at_most_four_times_as_far_a
     deeper = after_one_hit()
     deeper.update(4, 4, GEMMA_INT4_AVX2.cost(5), n_asked=4, draft_s=0.0001)
     assert deeper.length(100, confident=lambda: False) <= 16
+
+
+SMOLLM2_I8HEAD = CostCurve((0.0084, 0.0101, 0.0132, 0.0202, 0.0310))  # SmolLM2 135M int4 + int8 head, AVX-512
+
+
+def _a_third_accepted(schedule: AdaptiveDraftLength, verify_times_curve: float, steps: int = 60) -> list[int]:
+    """Prompt lookup where every other step finds no match (it drafts nothing) and one draft in
+    three is accepted. A step without drafts takes the curve's one-token time, one with drafts
+    the curve's time times verify_times_curve. Returns the lengths drafted."""
+    drafted = []
+    for step in range(steps):
+        asked = schedule.length(100, confident=lambda: None)
+        k = asked if step % 2 else 0
+        drafted.append(k)
+        seconds = SMOLLM2_I8HEAD.cost(k + 1) * (verify_times_curve if k else 1.0)
+        schedule.update(k, int(k > 0 and step % 3 == 0), seconds, n_asked=asked, draft_s=1e-5)
+    return drafted
+
+
+def test_verifies_dearer_than_the_curve_stop_drafting_that_pays_only_on_the_curve():
+    """The curve is measured at load (weights of zero, a short context, a quiet machine); where
+    the reply's own steps show a verify dearer than that, drafting that paid only on the curve
+    stops (SmolLM2's summary on a busy machine: 1-token drafts at 1.45x a step, not 1.2x)."""
+    as_curve = AdaptiveDraftLength(16, SMOLLM2_I8HEAD.cost)
+    dearer = AdaptiveDraftLength(16, SMOLLM2_I8HEAD.cost)
+    drafting_as_curve = sum(k > 0 for k in _a_third_accepted(as_curve, 1.0)[-30:])
+    drafting_dearer = sum(k > 0 for k in _a_third_accepted(dearer, 1.25)[-30:])
+    assert as_curve.curve_factor() == pytest.approx(1.0, rel=0.01)
+    assert dearer.curve_factor() == pytest.approx(1.25, rel=0.01)
+
+    assert drafting_as_curve >= 10
+    assert drafting_dearer <= 2

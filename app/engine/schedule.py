@@ -9,7 +9,9 @@ tokens to the main model's verify forward costs. Both sides are measured while g
 - the cost of a step: where the loader measured the plan's curve (app.engine.cpu.plan: a step
   feeding 1, 2, 4, 8 and 16 tokens on this machine), that curve plus the drafting time measured
   in the steps; without one (a GPU plan), a line seconds = a + b * k for k drafted tokens,
-  fitted by decayed least squares (a draft model makes b large, prompt lookup small).
+  fitted by decayed least squares (a draft model makes b large, prompt lookup small). The curve
+  is scaled by how much dearer the reply's own verifies are than it says, against its own steps
+  without drafts (curve_factor): the loader measures it on weights of zero at a short context.
 
 A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product of the first j
 rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost c(k); the schedule picks
@@ -62,6 +64,7 @@ _PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed
 _GROWTH = 4  # after a step with every draft accepted, draft at least this many times as many
 _CONFIDENT_PROBE = 1  # drafts of a probe the drafter asked for: a hit grows the next step (_GROWTH)
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
+_SEEN_FACTOR = (0.8, 2.0)  # bounds of the measured curve's correction by the steps' own times
 
 
 class DraftSchedule(Protocol):
@@ -108,6 +111,8 @@ class AdaptiveDraftLength:
         self._fit = _DecayedLine()
         self._draft_fit = _DecayedLine()  # seconds of drafting against drafts asked for
         self._plain_s = _DecayedMean()  # a step without drafts, as seen in the verify times
+        self._plain_step_s = _DecayedMean()  # a step that verified no drafts, as timed
+        self._curve_factor = _DecayedMean()  # a verify's time against the curve's, per step
         self._idle_steps = 0
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
 
@@ -148,8 +153,23 @@ class AdaptiveDraftLength:
 
     def _verify_relative(self, k: int) -> float:
         if self._verify_cost is not None:
-            return self._verify_cost(k + 1) / self._verify_cost(1)
+            curve = self._verify_cost(k + 1) / self._verify_cost(1)
+            return curve * self.curve_factor() if k > 0 else curve
         return 1.0 + _PRIOR_SLOPE * k
+
+    def curve_factor(self) -> float:
+        """How much dearer (> 1) or cheaper the steps that verified drafts were than the curve
+        says, against the steps without drafts timed in this reply. The curve is measured at load
+        on a model of this shape with weights of zero and a short context; the real steps add the
+        head's screening of real logits, a longer context, and whatever else the machine is doing:
+        on SmolLM2's summary, on a busy machine, a 1-token draft cost 1.45x a plain step
+        where the curve said 1.2x, and the schedule kept drafting at 25% acceptance (0.80-0.94x
+        of plain decoding). One factor for every length: it moves the choice between drafting and
+        not, not the best length once drafting pays."""
+        factor = self._curve_factor.value()
+        if factor is None or self._verify_cost is None:
+            return 1.0
+        return min(max(factor, _SEEN_FACTOR[0]), _SEEN_FACTOR[1])
 
     def _depth_seen(self) -> int:
         """Leading draft positions with evidence of their own (reached recently enough)."""
@@ -204,6 +224,12 @@ class AdaptiveDraftLength:
     def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
                draft_s: float | None = None) -> None:
         asked = n_drafted if n_asked is None else n_asked
+        verify_s = step_s - (draft_s or 0.0)
+        if n_drafted == 0:  # a step of one token, whether or not it asked for drafts
+            self._plain_step_s.add(verify_s)
+        elif self._verify_cost is not None and self._plain_step_s.w:
+            curve = self._verify_cost(n_drafted + 1) / self._verify_cost(1)
+            self._curve_factor.add(verify_s / self._plain_step_s.value() / curve)
         if draft_s is not None and asked > 0:
             self._draft_fit.add(asked, draft_s)
             self._plain_s.add((step_s - draft_s) / self._verify_relative(n_drafted))
