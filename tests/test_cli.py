@@ -339,7 +339,7 @@ def test_bench_table(cli):
 
 
 def test_bench_repeats_run_in_rounds_and_keep_each_rows_run_of_median_time():
-    from app.cli.bench import _interleaved_runs
+    from app.cli.bench import _interleaved_runs, _median_run
 
     times = {"plain": iter([0.9, 0.3, 0.5, 2.0, 0.4]), "lookup": iter([0.2, 0.6, 0.1, 0.7, 0.3])}
     calls = []
@@ -348,7 +348,30 @@ def test_bench_repeats_run_in_rounds_and_keep_each_rows_run_of_median_time():
         calls.append(name)
         return (["tokens"], next(times[name]), name)
 
-    kept = _interleaved_runs(5, {("", "plain"): lambda: run("plain"), ("", "lookup"): lambda: run("lookup")})
-    assert kept == {("", "plain"): (["tokens"], 0.5, "plain"), ("", "lookup"): (["tokens"], 0.3, "lookup")}
+    done = _interleaved_runs(5, {("", "plain"): lambda: run("plain"), ("", "lookup"): lambda: run("lookup")})
     assert calls == ["plain", "lookup"] * 5  # rounds: a drift of the machine's speed hits both rows alike
-    assert _interleaved_runs(1, {("hf", "x"): lambda: ([], 1.5)})[("hf", "x")][1] == 1.5
+    assert [r[1] for r in done[("", "lookup")]] == [0.2, 0.6, 0.1, 0.7, 0.3]  # in round order
+    assert _median_run(done[("", "plain")]) == (["tokens"], 0.5, "plain")
+    assert _median_run(done[("", "lookup")]) == (["tokens"], 0.3, "lookup")
+    assert _median_run(_interleaved_runs(1, {("hf", "x"): lambda: ([], 1.5)})[("hf", "x")])[1] == 1.5
+
+
+def test_bench_speedups_are_the_median_of_each_rounds_ratio():
+    """A row's speedup pairs it with plain decoding's run of the same round: the machine's speed
+    drifts between rounds, and the median runs of two rows may come from rounds far apart."""
+    from types import SimpleNamespace
+
+    from app.cli.bench import _paired_speedups
+
+    def ours(seconds, decode_tps):
+        return ([1] * 10, seconds, SimpleNamespace(decode_tps=decode_tps))
+
+    # The machine halves its speed in round 2: both rows slow down alike.
+    plain = [ours(1.0, 10.0), ours(2.0, 5.0), ours(1.0, 10.0)]
+    lookup = [ours(0.5, 20.0), ours(1.0, 10.0), ours(0.55, 18.0)]
+    total, decode = _paired_speedups("ours", lookup, plain)
+    assert total == pytest.approx(2.0) and decode == pytest.approx(2.0)
+    hf = [([1] * 10, 2.0), ([1] * 10, 4.0), ([1] * 10, 2.0)]
+    assert _paired_speedups("hf", hf, plain) == (pytest.approx(0.5), None)  # no decode rate of its own
+    llama = [([1] * 10, 0.5, 40.0), ([1] * 10, 1.0, 20.0), ([1] * 10, 0.5, 40.0)]
+    assert _paired_speedups("llama.cpp", llama, plain) == (pytest.approx(2.0), pytest.approx(4.0))

@@ -3,8 +3,8 @@ when llama-cpp-python is installed, llama.cpp on the same file.
 
 Prints a table of tokens/s (generated tokens over wall time, prompt included, the same clock for
 every row), the decode rate alone (tokens after the first over the time after the first, where
-the peer can report it), speedup over no draft, acceptance rate, and whether the output equals
-the baseline.
+the peer can report it), the speedup of both over no draft (with -r, paired by round), acceptance
+rate, and whether the output equals the baseline.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -41,7 +42,8 @@ class BenchRow:
     seconds: float
     tokens_per_s: float
     decode_tps: float | None  # after the first token: the prompt pass excluded
-    speedup: float
+    speedup: float  # tokens_per_s over plain decoding's, the median of the rounds' ratios
+    decode_speedup: float | None  # decode_tps over plain decoding's, likewise
     accept_rate: float | None
     mean_accepted: float | None
     identical: bool
@@ -109,7 +111,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
           f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
-          + (f"; each row the median of {args.repeat} runs" if args.repeat > 1 else "")
+          + (f"; each row the median of {args.repeat} runs, its speedups the median of the rounds' ratios"
+             if args.repeat > 1 else "")
           + ("; rows marked [plan]: the same file in that plan" if len(forms) > 1 else ""))
     # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
     # drafter once on a short reply before timing anything.
@@ -220,35 +223,61 @@ def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
             yield f"{name} fixed {k}", name, drafter, fixed
 
 
-def _interleaved_runs(repeats: int, runs: dict[tuple[str, str], Callable[[], _Run]]) -> dict[tuple[str, str], _Run]:
-    """Every run `repeats` times, round by round (A B C, A B C, ...), and for each the run of
-    median wall time (its seconds are the result's second item), as llama-bench's -r repeats.
-    Rounds, not each row's repeats in a row: on a shared VM the machine's speed drifts over
+def _interleaved_runs(repeats: int, runs: dict[tuple[str, str], Callable[[], _Run]]) -> dict[tuple[str, str], list[_Run]]:
+    """Every run `repeats` times, round by round (A B C, A B C, ...); each row's runs in round
+    order. Rounds, not each row's repeats in a row: on a shared VM the machine's speed drifts over
     seconds, and SmolLM2's chat reply with five plain runs before five lookup runs measured
     lookup at 0.78x-1.15x of plain in six runs of the same code, 0.95x-1.02x in rounds."""
     results: dict[tuple[str, str], list[_Run]] = {key: [] for key in runs}
     for _ in range(max(repeats, 1)):
         for key, run in runs.items():
             results[key].append(run())
-    return {key: sorted(done, key=lambda result: result[1])[len(done) // 2] for key, done in results.items()}
+    return results
+
+
+def _median_run(done: list[_Run]) -> _Run:
+    """The run of median wall time (its seconds are the result's second item), as llama-bench's -r."""
+    return sorted(done, key=lambda result: result[1])[len(done) // 2]
+
+
+def _rates(kind: str, result: _Run) -> tuple[float, float | None]:
+    """(tokens/s of the whole run, decode tokens/s where the row's program reports it)."""
+    tokens, seconds = result[0], result[1]
+    decode = result[2].decode_tps if kind == "ours" else result[2] if kind == "llama.cpp" else None
+    return (len(tokens) / seconds if seconds > 0 else 0.0), decode
+
+
+def _paired_speedups(kind: str, done: list[_Run], baseline: list[_Run]) -> tuple[float, float | None]:
+    """The row's rates over plain decoding's, each the median of the rounds' ratios: runs a
+    second apart share the machine's speed where runs of different rounds may not (SmolLM2's chat
+    reply with 0% accepted: lookup/plain of the median runs 0.93x-1.06x across runs of the bench)."""
+    totals, decodes = [], []
+    for run, base in zip(done, baseline):
+        (tps, decode), (base_tps, base_decode) = _rates(kind, run), _rates("ours", base)
+        if base_tps:
+            totals.append(tps / base_tps)
+        if decode and base_decode:
+            decodes.append(decode / base_decode)
+    return (statistics.median(totals) if totals else 0.0), (statistics.median(decodes) if decodes else None)
 
 
 def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: str | None,
-                 results: dict[tuple[str, str], _Run], ids: list[int]) -> list[BenchRow]:
+                 results: dict[tuple[str, str], list[_Run]], ids: list[int]) -> list[BenchRow]:
     """The table's rows for one prompt: each form's drafters against that form's plain decoding,
     then the peers against the first form's."""
     rows: list[BenchRow] = []
     first_baseline, own_plain = None, {}
     for suffix, form_main, form_drafters, form_runs_on in forms:
-        baseline_tokens, baseline_s = None, None  # each form against its own plain decoding
+        baseline = None  # each form against its own plain decoding
         for name, drafter_name, _, _ in _configs(form_drafters, settings, sweep):
             runs_on = form_runs_on.get(drafter_name, form_main)
-            tokens, seconds, summary = results[(suffix, name)]
-            if baseline_tokens is None:
-                baseline_tokens, baseline_s = tokens, seconds
-            row = _row(category, name + suffix, tokens, seconds, baseline_tokens, baseline_s,
+            done = results[(suffix, name)]
+            baseline = baseline or done
+            tokens, seconds, summary = _median_run(done)
+            row = _row(category, name + suffix, _median_run(done), "ours", _median_run(baseline)[0],
+                       _paired_speedups("ours", done, baseline),
                        summary.accept_rate if name != NONE else None,
-                       summary.mean_accepted_length if name != NONE else None, summary.decode_tps)
+                       summary.mean_accepted_length if name != NONE else None)
             if runs_on is not form_main:
                 # Another plan: its speed against this plain decoding, its text against plain
                 # decoding in its own plan (plans may round a near-tie differently).
@@ -256,20 +285,19 @@ def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: st
                     own_plain[id(runs_on)] = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
                 row = dataclasses.replace(row, identical=tokens == own_plain[id(runs_on)])
             rows.append(row)
-        first_baseline = first_baseline or (baseline_tokens, baseline_s)
-    baseline_tokens, baseline_s = first_baseline
-    for (kind, name), result in results.items():
+        first_baseline = first_baseline or baseline
+    for (kind, name), done in results.items():
         if kind in ("hf", "llama.cpp"):
-            rows.append(_row(category, name, result[0], result[1], baseline_tokens, baseline_s, None, None,
-                             result[2] if kind == "llama.cpp" else None))
+            rows.append(_row(category, name, _median_run(done), kind, _median_run(first_baseline)[0],
+                             _paired_speedups(kind, done, first_baseline), None, None))
     return rows
 
 
-def _row(prompt, config, tokens, seconds, baseline_tokens, baseline_s, accept, mean_acc,
-         decode_tps: float | None = None) -> BenchRow:
-    tps = len(tokens) / seconds if seconds > 0 else 0.0
-    base_tps = len(baseline_tokens) / baseline_s if baseline_s else 0.0
-    return BenchRow(prompt, config, len(tokens), seconds, tps, decode_tps, tps / base_tps if base_tps else 0.0,
+def _row(prompt: str, config: str, run: _Run, kind: str, baseline_tokens: list[int],
+         speedups: tuple[float, float | None], accept: float | None, mean_acc: float | None) -> BenchRow:
+    tokens, seconds = run[0], run[1]
+    tps, decode_tps = _rates(kind, run)
+    return BenchRow(prompt, config, len(tokens), seconds, tps, decode_tps, speedups[0], speedups[1],
                     accept, mean_acc, tokens == baseline_tokens)
 
 
@@ -287,12 +315,13 @@ def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
 
 def format_table(rows: list[BenchRow]) -> str:
     header = (f"{'prompt':<14} {'config':<22} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
-              f"{'accept':>7} {'acc/step':>8}  identical")
+              f"{'dec. x':>7} {'accept':>7} {'acc/step':>8}  identical")
     lines = [header, "-" * len(header)]
     for r in rows:
         accept = f"{100 * r.accept_rate:6.1f}%" if r.accept_rate is not None else f"{'-':>7}"
         mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
         decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
+        decode_x = f"{r.decode_speedup:6.2f}x" if r.decode_speedup else f"{'-':>7}"
         lines.append(f"{r.prompt:<14} {r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
-                     f"{r.speedup:>7.2f}x {accept} {mean}  {'yes' if r.identical else 'NO'}")
+                     f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}  {'yes' if r.identical else 'NO'}")
     return "\n".join(lines)
