@@ -273,8 +273,9 @@ def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: st
             runs_on = form_runs_on.get(drafter_name, form_main)
             done = results[(suffix, name)]
             baseline = baseline or done
-            tokens, seconds, summary = _median_run(done)
-            row = _row(category, name + suffix, _median_run(done), "ours", _median_run(baseline)[0],
+            run = _median_run(done)
+            tokens, summary = run[0], run[2]
+            row = _row(category, name + suffix, run, "ours", _median_run(baseline)[0],
                        _paired_speedups("ours", done, baseline),
                        summary.accept_rate if name != NONE else None,
                        summary.mean_accepted_length if name != NONE else None)
