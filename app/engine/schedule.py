@@ -153,9 +153,13 @@ class AdaptiveDraftLength:
 
     def _verify_relative(self, k: int) -> float:
         if self._verify_cost is not None:
-            curve = self._verify_cost(k + 1) / self._verify_cost(1)
+            curve = self._curve_relative(k)
             return curve * self.curve_factor() if k > 0 else curve
         return 1.0 + _PRIOR_SLOPE * k
+
+    def _curve_relative(self, k: int) -> float:
+        """A verify of k drafts against a step of none, as the plan's measured curve has it."""
+        return self._verify_cost(k + 1) / self._verify_cost(1)
 
     def curve_factor(self) -> float:
         """How much dearer (> 1) or cheaper the steps that verified drafts were than the curve
@@ -228,8 +232,7 @@ class AdaptiveDraftLength:
         if n_drafted == 0:  # a step of one token, whether or not it asked for drafts
             self._plain_step_s.add(verify_s)
         elif self._verify_cost is not None and self._plain_step_s.w:
-            curve = self._verify_cost(n_drafted + 1) / self._verify_cost(1)
-            self._curve_factor.add(verify_s / self._plain_step_s.value() / curve)
+            self._curve_factor.add(verify_s / self._plain_step_s.value() / self._curve_relative(n_drafted))
         if draft_s is not None and asked > 0:
             self._draft_fit.add(asked, draft_s)
             self._plain_s.add((step_s - draft_s) / self._verify_relative(n_drafted))
