@@ -80,11 +80,15 @@ def test_within_a_tie_of_expected_speeds_the_faster_one_token_step_wins():
 
 
 def test_a_curve_holds_the_next_points_cost_between_points_and_grows_in_proportion_beyond():
-    assert cpu_plan.MEASURED_TOKENS == (1, 2, 4, 8, 16)
-    assert FLAT.cost(1) == pytest.approx(0.066)
-    assert FLAT.cost(3) == FLAT.cost(4) == pytest.approx(0.153)  # 3 rows may cost what a block of 4 does
-    assert FLAT.cost(9) == FLAT.cost(16) == pytest.approx(0.212)
-    assert FLAT.cost(24) == pytest.approx(0.212 * 24 / 16)
+    assert cpu_plan.MEASURED_TOKENS == (1, 2, 4, 8, 16, 17)
+    curve = CostCurve(FLAT.seconds + (0.262,))  # 17 rows: one into a new block
+    assert curve.cost(1) == pytest.approx(0.066)
+    assert curve.cost(3) == curve.cost(4) == pytest.approx(0.153)  # 3 rows may cost what a block of 4 does
+    assert curve.cost(9) == curve.cost(16) == pytest.approx(0.212)
+    assert curve.cost(17) == pytest.approx(0.262)
+    assert curve.cost(24) == pytest.approx(0.262 * 24 / 17)
+    # A curve without the last point grows in proportion from the last one it has.
+    assert FLAT.cost(17) == pytest.approx(0.212 * 17 / 16)
     assert STEEP_FAST.relative_slope() == pytest.approx((0.360 - 0.054) / 15 / 0.054)
 
 
@@ -148,7 +152,7 @@ def test_each_plan_feeds_its_context_once_and_an_inexact_plan_times_no_verifies(
 def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, monkeypatch):
     info = read_gguf_info(tiny_q4_path)
     options = cpu_plan_options(info)
-    cpu_plan.store_curves(info, options, {o.name: CostCurve((0.01, 0.015, 0.02, 0.03, 0.04)) for o in options})
+    cpu_plan.store_curves(info, options, {o.name: CostCurve((0.01, 0.015, 0.02, 0.03, 0.04, 0.045)) for o in options})
     assert cpu_plan.cached_curves(info, options) is not None
     with monkeypatch.context() as patch:
         patch.setattr(torch, "__version__", "9.9.9")  # another torch: the entry does not apply
@@ -176,7 +180,7 @@ def test_a_damaged_cache_is_a_miss_not_an_error(tiny_q4_path, plan_cache):
     for damage in ("{not json", json.dumps({"version": 1, cpu_plan.machine_key(): {"x": "y"}}), "[]"):
         plan_cache.write_text(damage)
         assert cpu_plan.cached_curves(info, cpu_plan_options(info)) is None
-    curves = {o.name: CostCurve((0.01, 0.015, 0.02, 0.03, 0.04)) for o in cpu_plan_options(info)}
+    curves = {o.name: CostCurve((0.01, 0.015, 0.02, 0.03, 0.04, 0.045)) for o in cpu_plan_options(info)}
     cpu_plan.store_curves(info, cpu_plan_options(info), curves)  # rewrites the damaged file
     assert cpu_plan.cached_curves(info, cpu_plan_options(info)) == curves
 

@@ -32,7 +32,8 @@ many (Drafter.confident); replaying the bench's greedy replies through the sched
 measured int4 curves, that raised every prompt's speed or kept it (SmolLM2 chat 0.96 -> 0.98x of
 plain, Gemma rewrite 1.54 -> 2.35x, code-rewrite 2.66 -> 2.78x). Nor does such a drafter get
 drafts over _GROWTH times as far as its evidence reaches. After a step
-that had every draft accepted the next one drafts more, its positions up to four times as far
+that had every draft accepted the next one drafts more (where a longer draft, accepted whole,
+costs no more per token: not one row into a new block of the kernel's rows), its positions up to four times as far
 counted as good as the last accepted one: acceptance comes in runs, and positions beyond a
 short draft get no new evidence, so stale rejections there would otherwise hold the length down
 for many steps of a copied passage. Not where the drafter sees no copy running: there a draft
@@ -175,6 +176,20 @@ class AdaptiveDraftLength:
             return 1.0
         return min(max(factor, _SEEN_FACTOR[0]), _SEEN_FACTOR[1])
 
+    def _grown_min(self, run: int, k_max: int) -> int:
+        """The fewest drafts after a step that had all its `run` drafts accepted: more than
+        `run` where some longer draft, accepted whole, costs no more per token than the run's
+        step did; else `run` again. A verify one row into a new block of the kernel's rows costs
+        that block for one token (AVX2: 17 rows 1.24x 16), and forcing it after a run of 15
+        made every step of a long copied passage dearer per token than the run before it."""
+        grown = min(run + 1, k_max)
+        if grown <= run:
+            return grown
+        per_token = self.relative_cost(run) / (run + 1)
+        if any(self.relative_cost(k) / (k + 1) <= per_token for k in range(grown, k_max + 1)):
+            return grown
+        return run
+
     def _depth_seen(self) -> int:
         """Leading draft positions with evidence of their own (reached recently enough)."""
         depth = 0
@@ -200,10 +215,11 @@ class AdaptiveDraftLength:
             # Acceptance comes in runs: after a step with every draft accepted, the positions up
             # to _GROWTH times as far count as good as the last one accepted (stale rejections
             # there would otherwise hold the length down for many steps of a copied passage), and
-            # the next step drafts more, as many as the cost curve makes best.
+            # the next step drafts more where that can pay (_grown_min), as many as the cost
+            # curve makes best.
             for i in range(run, min(_GROWTH * run, len(rates))):
                 rates[i] = max(rates[i], rates[run - 1])
-        best = best_length_for(rates, self.relative_cost, k_max, k_min=min(run + 1, k_max) if run else 0)
+        best = best_length_for(rates, self.relative_cost, k_max, k_min=self._grown_min(run, k_max) if run else 0)
         seen = max(_GROWTH * self._depth_seen(), 1)
         if best > seen and sees_copy() is False:
             # The drafter sees no copy (prompt lookup on a 1-2 token match), and the length would
