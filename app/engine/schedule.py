@@ -7,7 +7,7 @@ tokens to the main model's verify forward costs. Both sides are measured while g
   (acceptance is bursty: inside a copied passage the next token is far likelier to be accepted
   than the first), from decayed counts so that the estimate follows the text;
 - the cost of a step: where the loader measured the plan's curve (app.engine.cpu.plan: a step
-  feeding 1, 2, 4, 8 and 16 tokens on this machine), that curve plus the drafting time measured
+  feeding 1, 2, 4, 8, 16 and 17 tokens on this machine), that curve plus the drafting time measured
   in the steps; without one (a GPU plan), a line seconds = a + b * k for k drafted tokens,
   fitted by decayed least squares (a draft model makes b large, prompt lookup small). The curve
   is scaled by how much dearer the reply's own verifies are than it says, against its own steps
@@ -180,11 +180,13 @@ class AdaptiveDraftLength:
         """The fewest drafts after a step that had all its `run` drafts accepted: more than
         `run` where some longer draft, accepted whole, costs no more per token than the run's
         step did; else `run` again. A verify one row into a new block of the kernel's rows costs
-        that block for one token (AVX2: 17 rows 1.24x 16), and forcing it after a run of 15
-        made every step of a long copied passage dearer per token than the run before it."""
-        grown = min(run + 1, k_max)
-        if grown <= run:
-            return grown
+        that block for one token (torch's int4 kernel on AVX2: 17 rows 1.24x 16), and forcing it after a run of 15
+        made every step of a long copied passage dearer per token than the run before it. None
+        (0) where the budget is no longer than the run: the curve picks the length within it
+        (forcing the whole budget of 8 after a run of 15 verified 9 rows, a new block, for 8)."""
+        grown = run + 1
+        if grown > k_max:
+            return 0
         per_token = self.relative_cost(run) / (run + 1)
         if any(self.relative_cost(k) / (k + 1) <= per_token for k in range(grown, k_max + 1)):
             return grown
