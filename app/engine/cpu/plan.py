@@ -37,7 +37,7 @@ from app.engine.schedule import expected_tokens
 # see the cheap lengths, and CostCurve.cost holds a verify between two points at the later one's
 # cost, which a draft length then never wastes. The last point is the longest verify at the
 # default draft max (16, llama.cpp's): one row into a new block. Gemma 3 270M's 17-token step
-# measured 1.11-1.14x its 16-token one on AVX2 kernels and 1.20x on AVX-512 (SmolLM2 1.0-1.13x);
+# measured 1.11-1.20x its 16-token one in four calibrations on a Zen 3 (AVX2; SmolLM2 1.0-1.13x);
 # extrapolated in proportion to its tokens, as before, it looked 1.06x, and the schedule drafted
 # 16 after every run of 15.
 MEASURED_TOKENS = (1, 2, 4, 8, 16, 17)
