@@ -191,6 +191,9 @@ def test_where_the_drafter_sees_no_copy_drafts_reach_at_most_four_times_as_far_a
     assert deeper.length(100, confident=lambda: False) <= 16
 
 
+SMOLLM2_I8HEAD = CostCurve((0.0084, 0.0101, 0.0132, 0.0202, 0.0310))  # SmolLM2 135M int4 + int8 head, AVX-512
+
+
 def test_after_a_run_of_fifteen_a_sixteenth_draft_is_forced_only_where_its_row_costs_its_share():
     """After a draft accepted whole the next one is forced longer, but not one row into a new
     block of the kernel's rows: Gemma 3 270M's 17-token step cost 1.11-1.2x its 16-token one,
@@ -203,10 +206,10 @@ def test_after_a_run_of_fifteen_a_sixteenth_draft_is_forced_only_where_its_row_c
             assert schedule.length(100, confident=lambda: True) >= k
             schedule.update(k, k, curve.cost(k + 1), n_asked=k, draft_s=0.0001)
         return schedule.length(budget, confident=lambda: True)
-    curve = (0.0084, 0.0101, 0.0132, 0.0202, 0.0310)  # SmolLM2 135M int4 + int8 head
-    assert after_runs(CostCurve(curve + (0.0310 * 1.2,))) == 15
-    assert after_runs(CostCurve(curve + (0.0310 * 1.01,))) == 16
-    assert after_runs(CostCurve(curve + (0.0310 * 1.2,)), budget=8) == 7
+    curve = SMOLLM2_I8HEAD.seconds
+    assert after_runs(CostCurve(curve + (curve[-1] * 1.2,))) == 15
+    assert after_runs(CostCurve(curve + (curve[-1] * 1.01,))) == 16
+    assert after_runs(CostCurve(curve + (curve[-1] * 1.2,)), budget=8) == 7
 
 
 def test_no_longer_draft_is_forced_where_none_could_pay_per_token():
@@ -216,9 +219,6 @@ def test_no_longer_draft_is_forced_where_none_could_pay_per_token():
     schedule = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
     schedule.update(7, 7, GEMMA_INT4_AVX2.cost(8), n_asked=7, draft_s=0.0001)
     assert schedule.length(100, confident=lambda: True) == 7
-
-
-SMOLLM2_I8HEAD = CostCurve((0.0084, 0.0101, 0.0132, 0.0202, 0.0310))  # SmolLM2 135M int4 + int8 head, AVX-512
 
 
 def _a_third_accepted(schedule: AdaptiveDraftLength, verify_times_curve: float, steps: int = 60) -> list[int]:
