@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -211,6 +213,21 @@ def test_a_bpe_entry_is_split_and_reads_back_the_same(tiny_paths, tmp_path, monk
     assert not model.exists() and json.loads(entry.read_text())["bpe_sha256"] is None
     whole = fastload.load_tokenizer(info)
     assert whole.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()
+
+
+def test_a_split_model_naming_tokens_it_lacks_is_refused(tiny_paths, tmp_path, monkeypatch):
+    """join checks the packed merges against the vocabulary (the entry's checksum comes first;
+    this is the form's own check): an id past the vocabulary or half a pair is a ValueError."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(tiny_paths["qwen2-f32"])
+    fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_file(info)
+    model = json.loads(fastload.bpe_model_file(entry).read_text())
+    backend = fastload.load_tokenizer(info).backend_tokenizer
+    for ids in ([len(model["vocab"]), 0], [0, 1, 2]):
+        bad = dict(model, merges_u32le=base64.b64encode(np.array(ids, dtype="<u4").tobytes()).decode())
+        with pytest.raises(ValueError):
+            fastload.bpe_form.join(backend, json.dumps(bad))
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX modes")

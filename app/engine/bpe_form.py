@@ -7,8 +7,10 @@ that call is its JSON: the vocabulary goes through three generic trees before it
 model. So a cache entry can keep
 - a skeleton: the same `tokenizer.json` with the model's vocabulary cut to the added tokens
   (whose ids the added vocabulary checks while it is read) and no merges, parsed in milliseconds;
-- the model: the vocabulary in id order and the merges as pairs of ids, parsed by Python's json
-  and handed to `tokenizers.models.BPE`, whose constructor is the one long hold left.
+- the model: the vocabulary in id order (JSON) and the merges as pairs of ids (little-endian
+  uint32, base64 in the same JSON), handed to `tokenizers.models.BPE`, whose constructor is the
+  one long hold left. Ids as a JSON list of a million numbers took 0.15 s of Python's json more,
+  and building the merges with the garbage collector on 0.08 s more (Gemma 3, 2-core Zen 3).
 `join` puts the model into a tokenizer built from the skeleton. The cache keeps this form only
 after the joined tokenizer serialized to the very `tokenizer.json` it came from
 (app.engine.fastload), so a library that reads either part otherwise is caught when the entry
@@ -17,8 +19,11 @@ is made, not on a user's text.
 
 from __future__ import annotations
 
+import base64
+import gc
 import json
 
+import numpy as np
 from tokenizers.models import BPE
 
 # BPE's settings in tokenizer.json, each a keyword of BPE(); a model with any other field is
@@ -42,21 +47,33 @@ def split(tokenizer_json: str) -> tuple[str, str] | None:
     added = {token.get("content") for token in whole.get("added_tokens") or [] if isinstance(token, dict)}
     skeleton = dict(whole, model=dict(model, vocab={t: i for t, i in vocab.items() if t in added}, merges=[]))
     by_id = sorted(vocab, key=vocab.__getitem__)
-    ids = [vocab[part] for pair in merges for part in pair]
-    return json.dumps(skeleton, ensure_ascii=False), json.dumps({"vocab": by_id, "merges": ids}, ensure_ascii=False)
+    ids = np.array([vocab[part] for pair in merges for part in pair], dtype="<u4")
+    model_text = {"vocab": by_id, "merges_u32le": base64.b64encode(ids.tobytes()).decode("ascii")}
+    return json.dumps(skeleton, ensure_ascii=False), json.dumps(model_text, ensure_ascii=False)
 
 
 def join(backend, model_json: str | bytes) -> None:
     """Give `backend` (a tokenizers.Tokenizer built from the skeleton) the model's whole BPE, with
     the settings the skeleton's BPE was read with. ValueError where the text is not a split's."""
     model = json.loads(model_json)
-    by_id, ids = model.get("vocab"), model.get("merges")
-    if not isinstance(by_id, list) or not isinstance(ids, list) or len(ids) % 2:
+    by_id, packed = model.get("vocab"), model.get("merges_u32le")
+    if not isinstance(by_id, list) or not isinstance(packed, str):
         raise ValueError("not a split BPE model")
-    vocab = {token: i for i, token in enumerate(by_id)}
+    ids = np.frombuffer(base64.b64decode(packed, validate=True), dtype="<u4")
+    if len(ids) % 2 or (len(ids) and int(ids.max()) >= len(by_id)):
+        raise ValueError("merges name tokens the vocabulary does not have")
+    vocab = dict(zip(by_id, range(len(by_id))))
     if len(vocab) != len(by_id):
         raise ValueError("a token is listed twice")
-    merges = list(zip(map(by_id.__getitem__, ids[0::2]), map(by_id.__getitem__, ids[1::2])))
     # BPE() takes no None for its string settings: absent means the same.
     options = {name: value for name in _SETTINGS if (value := getattr(backend.model, name)) is not None}
-    backend.model = BPE(vocab=vocab, merges=merges, **options)
+    # Half a million pairs are new objects: the collector would walk them several times over.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        ids = ids.tolist()
+        merges = list(zip(map(by_id.__getitem__, ids[0::2]), map(by_id.__getitem__, ids[1::2])))
+        backend.model = BPE(vocab=vocab, merges=merges, **options)
+    finally:
+        if collecting:
+            gc.enable()

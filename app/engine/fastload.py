@@ -372,7 +372,7 @@ def release_freed_memory() -> None:
 # The entry is data only: the tokenizers library's own `tokenizer.json` and a small JSON of the
 # constructor's scalar arguments (special tokens, chat template, bos/eos flags). Nothing in it can
 # name a class or a file: the class comes from the model file and path-like arguments are dropped.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: a split BPE model's merges as packed ids (app.engine.bpe_form)
 _NOT_CACHED = {"vocab_file", "merges_file", "tokenizer_file", "gguf_file", "name_or_path", "is_local",
                "local_files_only", "backend", "added_tokens_decoder", "tokenizer_object", "vocab", "merges"}
 _warned: set[str] = set()
