@@ -261,8 +261,8 @@ def pack_passes(raw: np.ndarray, ggml_type: str, shape: tuple[int, int],
 
 
 def _in_row_order(row_order: np.ndarray | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    if row_order is None:
-        return tensors
+    if row_order is None or np.array_equal(row_order, np.arange(len(row_order))):
+        return tensors  # most matrices keep the file's order: no copies
     index = torch.from_numpy(np.asarray(row_order, dtype=np.int64))
     return tuple(t[index] for t in tensors)
 
