@@ -139,6 +139,24 @@ def test_planted_pickle_is_never_loaded(tiny_paths, tmp_path, monkeypatch):
     assert json.loads(entry.read_text())["key"] == key
 
 
+def test_an_entry_of_another_format_is_rebuilt_without_a_warning(tiny_paths, tmp_path, monkeypatch, caplog):
+    """An entry written by another version of the cache (format 1 kept merges as a JSON list) is
+    rebuilt in this format, quietly: an upgrade is not damage."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    info = read_gguf_info(tiny_paths["qwen2-f32"])
+    fresh = fastload.build_tokenizer(info)
+    fastload.load_tokenizer(info)
+    entry = fastload.tokenizer_cache_file(info)
+    entry.write_text(json.dumps(dict(json.loads(entry.read_text()), format=1)))
+    fastload._warned.clear()
+    with caplog.at_level(logging.INFO, logger=fastload.__name__):
+        tokenizer = fastload.load_tokenizer(info)
+    assert "another version's format" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    _same_tokenizer(tokenizer, fresh)
+    assert json.loads(entry.read_text())["format"] == fastload._CACHE_FORMAT
+
+
 def _entry_edits():
     def wrong_key(meta, tok_json):
         meta["key"] = "0" * 32

@@ -451,6 +451,9 @@ def _read_cached(info: GGUFInfo, entry: Path, key: str):
     """The cached tokenizer, or None (after one warning) when the entry is not exactly ours."""
     try:
         meta = json.loads(entry.read_text(encoding="utf-8"))
+        if isinstance(meta, dict) and isinstance(meta.get("format"), int) and meta["format"] != _CACHE_FORMAT:
+            log.info("tokenizer cache %s is of another version's format; rebuilding", entry.name)
+            return None  # an upgrade, not damage: no warning
         kwargs = _checked_meta(meta, key)
         tokenizer_json = tokenizer_json_file(entry)
         if hashlib.sha256(tokenizer_json.read_bytes()).hexdigest() != meta["tokenizer_sha256"]:
