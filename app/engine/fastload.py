@@ -448,7 +448,8 @@ def _tokenizer_class(info: GGUFInfo):
 
 
 def _read_cached(info: GGUFInfo, entry: Path, key: str):
-    """The cached tokenizer, or None (after one warning) when the entry is not exactly ours."""
+    """The cached tokenizer, or None when the entry is not exactly ours (after one warning) or
+    of another version's format (an info line)."""
     try:
         meta = json.loads(entry.read_text(encoding="utf-8"))
         if isinstance(meta, dict) and isinstance(meta.get("format"), int) and meta["format"] != _CACHE_FORMAT:
