@@ -452,9 +452,6 @@ def _read_cached(info: GGUFInfo, entry: Path, key: str):
     of another version's format (an info line)."""
     try:
         meta = json.loads(entry.read_text(encoding="utf-8"))
-        if isinstance(meta, dict) and isinstance(meta.get("format"), int) and meta["format"] != _CACHE_FORMAT:
-            log.info("tokenizer cache %s is of another version's format; rebuilding", entry.name)
-            return None  # an upgrade, not damage: no warning
         kwargs = _checked_meta(meta, key)
         tokenizer_json = tokenizer_json_file(entry)
         if hashlib.sha256(tokenizer_json.read_bytes()).hexdigest() != meta["tokenizer_sha256"]:
@@ -463,6 +460,9 @@ def _read_cached(info: GGUFInfo, entry: Path, key: str):
         if tokenizer_class is None or tokenizer_class.__name__ != meta["class"]:
             raise ValueError("built for another tokenizer class")
         return _built_from(tokenizer_class, entry, meta, kwargs)
+    except _OtherFormat:  # an upgrade, not damage: no warning
+        log.info("tokenizer cache %s is of another version's format; rebuilding", entry.name)
+        return None
     except Exception as exc:  # noqa: BLE001 - any damage is a cache miss, never fatal
         _warn_once(f"tokenizer cache {entry} unusable ({type(exc).__name__}: {exc}); rebuilding")
         return None
@@ -480,8 +480,15 @@ def _built_from(tokenizer_class, entry: Path, meta: dict, kwargs: dict):
     return tokenizer
 
 
+class _OtherFormat(ValueError):
+    """An entry written by another version of the cache."""
+
+
 def _checked_meta(meta, key: str) -> dict:
-    """The constructor arguments of a well-formed entry for this header; ValueError otherwise."""
+    """The constructor arguments of a well-formed entry for this header; _OtherFormat for an
+    entry of another version's format, ValueError for anything else amiss."""
+    if isinstance(meta, dict) and isinstance(meta.get("format"), int) and meta["format"] != _CACHE_FORMAT:
+        raise _OtherFormat(f"format {meta['format']}")
     if not isinstance(meta, dict) or meta.get("format") != _CACHE_FORMAT or meta.get("key") != key:
         raise ValueError("not an entry of this format for this file")
     if not isinstance(meta.get("class"), str) or not isinstance(meta.get("tokenizer_sha256"), str):
