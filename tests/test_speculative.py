@@ -107,8 +107,11 @@ def test_greedy_identity_with_the_ngram_cache(tiny_loaded, main_name, draft_max)
 def test_draft_equal_to_main_is_always_accepted(tiny_loaded):
     main = tiny_loaded("llama-f32")
     ids = main.tokenizer.encode(PROMPTS[1])
+    # Drafts of the full length at every step: the adaptive length between a draft model as dear
+    # as the main one and its verify depends on the steps' timings (3 or 4 on a busy machine),
+    # which tests/test_schedule.py covers with given costs.
     events, summary = run(main, ids, drafter_for("llama-f32", tiny_loaded, main),
-                          max_new_tokens=40, draft_max=4, draft_p_min=0.0)
+                          max_new_tokens=40, draft_max=4, draft_p_min=0.0, adaptive_draft=False)
     assert summary.n_drafted > 0 and summary.n_accepted == summary.n_drafted
     assert summary.accept_rate == 1.0
     assert summary.mean_accepted_length > 3.0
