@@ -12,7 +12,8 @@ from typing import Callable, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from app.engine.cpu.attention import float32_cache, uses_cpu_attention
+from app.engine.cpu.attention import uses_cpu_attention
+from app.engine.cpu.kvbuffer import buffered_float32_cache
 from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack
 from app.engine.cpu.quantlinear import Int4Linear
 from app.engine.cpu.screen import ScreenedHead, can_screen, screening_pays
@@ -79,7 +80,7 @@ class KVModel:
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
         if uses_cpu_attention(self.model):
-            float32_cache(cache)  # what that attention computes in: app.engine.cpu.attention
+            buffered_float32_cache(cache, self.n_ctx)  # float32, what that attention computes in; appended in place
         return cache
 
     def reset(self) -> None:

@@ -10,13 +10,11 @@ Measured inside the model while decoding Gemma 3 270M, against the bf16 products
 attention went from 3.4 to 1.6 ms per token at 100 tokens of context and from 4.6 to 2.8 ms at
 380, widening included.
 
-The KV cache of such a model holds its keys and values in float32 too (float32_cache): they are
-the model's bf16 states, widened exactly, so the results are the same as widening them at every
-step, without the widening: decoding with 400 tokens of context measured 1-3 ms per token faster
-on both demo models, for twice the cache's memory (Gemma 3 270M: 36 KB per token instead of 18).
-An in-place appending cache was tried as well: its keys and values are cold in the CPU's caches
-when read, where the copies of transformers' concatenating cache leave them warm, and it came out
-no faster.
+The KV cache of such a model holds its keys and values in float32 too (app.engine.cpu.kvbuffer):
+they are the model's bf16 states, widened exactly, so the results are the same as widening them
+at every step, without the widening: decoding with 400 tokens of context measured 1-3 ms per token
+faster on both demo models, for twice the cache's memory (Gemma 3 270M: 36 KB per token instead of
+18). That cache appends in place rather than concatenating; see its module for the figures.
 
 On int4 loads, verifying drafts computes each position on its own (float32_attention): SDPA
 over several queries rounds differently from SDPA over one, and in bf16 that was enough to flip
@@ -28,7 +26,6 @@ attention stays one batched call, which long verifies of prompt lookup need to s
 
 from __future__ import annotations
 
-import functools
 
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
@@ -85,16 +82,6 @@ def _visible_ranges(mask: torch.Tensor | None, n_queries: int, n_keys: int) -> l
 
 AttentionInterface.register(NAME, float32_attention)
 AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA would get
-
-
-def float32_cache(cache) -> None:
-    """Make every layer of a transformers cache store its keys and values in float32."""
-    for layer in getattr(cache, "layers", []):
-        layer.update = functools.partial(_widened_update, layer.update)
-
-
-def _widened_update(update, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-    return update(key_states.float(), value_states.float(), *args, **kwargs)
 
 
 def uses_cpu_attention(model: torch.nn.Module) -> bool:
