@@ -39,3 +39,23 @@ def test_demo_model_greedy_identity_and_lookup_acceptance(demo_path, key):
     assert plain.n_predicted > 10
     assert lookup.tokens == plain.tokens and lookup.text == plain.text
     assert lookup.n_accepted > 0, "prompt lookup accepted nothing on a rewrite prompt"
+
+
+@pytest.mark.parametrize("key, n_prompt", [("smollm2-135m", 240), ("gemma3-270m", 500)])
+def test_verifies_across_the_kv_buffers_growth_and_the_sliding_window_match_plain_decoding(demo_path, key, n_prompt):
+    """An int4 load (row-exact verifies) whose reply crosses a KV buffer's first size (256 tokens)
+    and, for Gemma 3, its sliding window (512), while prompt lookup's verifies are rewound: the
+    in-place cache (app.engine.cpu.kvbuffer) must give plain decoding's tokens."""
+    loaded = load_model(demo_path(key), device="cpu", dtype="bfloat16")
+    assert loaded.plan.int4
+    helpers = ""
+    while True:  # other code before the request, until the prompt is long enough
+        ids = render_prompt(loaded.tokenizer, [{"role": "user", "content": helpers + REWRITE}])
+        if len(ids) >= n_prompt:
+            break
+        helpers += f"def scale_{len(helpers)}(x):\n    return x * {len(helpers) % 7 + 2}\n\n"
+    plain = summary_of(loaded, ids, NoDrafter(), n=40)
+    lookup = summary_of(loaded, ids, PromptLookupDrafter(), n=40)
+    assert plain.n_predicted == 40
+    assert lookup.tokens == plain.tokens
+    assert lookup.n_drafted > lookup.n_accepted > 0  # verifies were rewound
