@@ -4,10 +4,11 @@ transformers' DynamicCache grows each layer's keys and values with torch.cat: ev
 the whole cache once more, so a step's cost grows with the context beyond what attention itself
 reads, and over 32k elements (SmolLM2: 170 tokens, Gemma 3 270M: 128) torch splits each copy over
 both threads, which costs more than the copy at these sizes. Here each layer keeps a float32
-buffer with room to spare (twice what it holds when it grows, at most the context's length) and a
-step writes only its new states into it. The layer's keys and values are views of the buffer, so
-transformers' own crop (a slice) still rewinds it, and attention reads the same numbers: the same
-logits, bit for bit (tests/test_kvbuffer.py).
+buffer with room to spare and a step writes only its new states into it. A buffer that is full
+grows to half as much again as it must hold, at most the context's length: at most 1.5x the
+states' memory, 2.5x for the moment of a growth (concatenating took 2x at every step). The layer's
+keys and values are views of the buffer, so transformers' own crop (a slice) still rewinds it, and
+attention reads the same numbers: the same logits, bit for bit (tests/test_kvbuffer.py).
 
 Measured against the concatenating cache (Zen 3, AVX2, 2 threads, steps interleaved in one
 process, median ratio of 20): a one-token step of SmolLM2 0.98x at 60 and 150 tokens of context,
@@ -95,7 +96,7 @@ def _appended(layer, name: str, held: torch.Tensor | None, new: torch.Tensor) ->
         start = None if buffer is None else _start_in(buffer, held)
     if start is None or buffer is None or start + n_held + n_new > buffer.shape[-2]:
         needed = n_held + n_new
-        capacity = max(_MIN_TOKENS, 2 * needed)
+        capacity = max(_MIN_TOKENS, needed + needed // 2)
         most = layer.__dict__.get("_most_tokens")
         if most is not None:
             capacity = max(needed, min(capacity, most))
@@ -114,6 +115,7 @@ def _start_in(buffer: torch.Tensor, held: torch.Tensor) -> int | None:
     _base to ask: the memory they point into says it.)"""
     row_bytes = buffer.stride(-2) * buffer.element_size()
     offset = held.data_ptr() - buffer.data_ptr()
-    if held.stride() != buffer.stride() or not 0 <= offset < buffer.shape[-2] * row_bytes or offset % row_bytes:
+    inside = 0 <= offset < buffer.shape[-2] * row_bytes and offset % row_bytes == 0
+    if held.stride() != buffer.stride() or not inside:
         return None
     return offset // row_bytes
