@@ -80,7 +80,8 @@ class KVModel:
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
         if uses_cpu_attention(self.model):
-            buffered_float32_cache(cache, self.n_ctx)  # float32, what that attention computes in; appended in place
+            # float32, what that attention computes in, appended in place: app.engine.cpu.kvbuffer
+            buffered_float32_cache(cache, self.n_ctx)
         return cache
 
     def reset(self) -> None:

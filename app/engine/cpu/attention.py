@@ -26,7 +26,6 @@ attention stays one batched call, which long verifies of prompt lookup need to s
 
 from __future__ import annotations
 
-
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
