@@ -172,7 +172,7 @@ class Int8Head(torch.nn.Module):
         exact product, and which tokens are made exact depends on that row alone. All rows at
         once, as (row, token) pairs: a loop over the rows, with a looser floor, took 15-21 ms
         for 16 rows of Gemma 3 270M (its code prompt, AVX-512 and AVX2 kernels), now about 6."""
-        n = approx.shape[0]
+        n, n_tokens = approx.shape
         # [n]: no token's bound is larger
         most = (norms * self._most_slack[0] + input_slack * self._most_slack[1]) * _SAFETY + _ABSOLUTE_SLACK
         # The best lower bound is at least the row's largest int8 logit less that token's own
@@ -182,7 +182,7 @@ class Int8Head(torch.nn.Module):
         # row instead of 1.5k-69k). Found within the 1024-token chunks whose largest logit
         # reaches the floor: a scan of the whole row costs 0.4 ms a row (262k tokens), of the
         # chunks' maxima 0.05.
-        chunked = approx.shape[1] % _CHUNK == 0
+        chunked = n_tokens % _CHUNK == 0
         chunks = approx.view(n, -1, _CHUNK) if chunked else approx.view(n, 1, -1)
         n_chunks, width = chunks.shape[1], chunks.shape[2]
         maxima = chunks.amax(2)
@@ -198,7 +198,7 @@ class Int8Head(torch.nn.Module):
         pair, offset = torch.nonzero(reaching, as_tuple=True)
         row_of, tokens = row_of.index_select(0, pair), chunk.index_select(0, pair) * width + offset
         slack = self._slack(tokens, norms.index_select(0, row_of), input_slack.index_select(0, row_of))
-        values = flat.index_select(0, row_of * approx.shape[1] + tokens)
+        values = flat.index_select(0, row_of * n_tokens + tokens)
         best_lower = torch.full((n,), -torch.inf).scatter_reduce_(0, row_of, values - slack, "amax")
         keep = torch.nonzero(values + slack >= best_lower.index_select(0, row_of)).view(-1)
         row_of, tokens = row_of.index_select(0, keep), tokens.index_select(0, keep)
@@ -208,12 +208,13 @@ class Int8Head(torch.nn.Module):
         for lo in range(0, len(tokens), _EXACT_ROWS):
             at, these = row_of[lo : lo + _EXACT_ROWS], tokens[lo : lo + _EXACT_ROWS]
             exact = (rows.index_select(0, at) * self.table.index_select(0, these)).sum(1)
-            flat.index_copy_(0, at * approx.shape[1] + these, exact)
+            flat.index_copy_(0, at * n_tokens + these, exact)
 
     def _slack(self, tokens: torch.Tensor, norms: torch.Tensor, input_slack: torch.Tensor) -> torch.Tensor:
         """How far each token's int8 logit may be from its exact product, for rows of these
         |x|_1 and input roundings (one per token)."""
-        slack = (self._weight_slack.index_select(0, tokens) * norms).add_(self._abs_sums.index_select(0, tokens) * input_slack)
+        slack = self._weight_slack.index_select(0, tokens) * norms
+        slack.add_(self._abs_sums.index_select(0, tokens) * input_slack)
         return slack.mul_(_SAFETY).add_(_ABSOLUTE_SLACK)
 
     def extra_repr(self) -> str:

@@ -37,14 +37,12 @@ def buffered_float32_cache(cache, max_tokens: int | None = None) -> None:
     that new states are written into (see the module's docstring); max_tokens bounds the room a
     buffer is given beyond what it must hold (the context's length)."""
     for layer in getattr(cache, "layers", []):
-        if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer):
-            layer.__dict__["_most_tokens"] = max_tokens
-        if type(layer) is DynamicLayer:
-            layer.update = functools.partial(_full_update, layer)
-        elif type(layer) is DynamicSlidingWindowLayer:
-            layer.update = functools.partial(_sliding_update, layer)
-        else:
+        update = _UPDATES.get(type(layer))
+        if update is None:
             layer.update = functools.partial(_widened_update, layer.update)
+            continue
+        layer.__dict__["_most_tokens"] = max_tokens
+        layer.update = functools.partial(update, layer)
 
 
 def _widened_update(update, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -53,27 +51,15 @@ def _widened_update(update, key_states: torch.Tensor, value_states: torch.Tensor
 
 def _full_update(layer: DynamicLayer, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
     """DynamicLayer.update, appending into the layer's buffers."""
-    if not torch.is_inference_mode_enabled():  # the buffers are written in place: keep them inference tensors
-        with torch.inference_mode():
-            return _full_update(layer, key_states, value_states)
-    if not layer.is_initialized:
-        layer.lazy_initialization(key_states, value_states)
-    layer.keys = _appended(layer, "_key_buffer", layer.keys, key_states)
-    layer.values = _appended(layer, "_value_buffer", layer.values, value_states)
+    layer.keys, layer.values = _append_states(layer, key_states, value_states)
     return layer.keys, layer.values
 
 
 def _sliding_update(layer: DynamicSlidingWindowLayer, key_states: torch.Tensor, value_states: torch.Tensor,
                     *args, **kwargs):
     """DynamicSlidingWindowLayer.update (transformers 5), appending into the layer's buffers."""
-    if not torch.is_inference_mode_enabled():
-        with torch.inference_mode():
-            return _sliding_update(layer, key_states, value_states)
-    if not layer.is_initialized:
-        layer.lazy_initialization(key_states, value_states)
     layer.cumulative_length += key_states.shape[-2]
-    full_keys = _appended(layer, "_key_buffer", layer.keys, key_states)
-    full_values = _appended(layer, "_value_buffer", layer.values, value_states)
+    full_keys, full_values = _append_states(layer, key_states, value_states)
     if not layer.record_past:
         layer.keys = full_keys[:, :, -layer.sliding_window + 1 :, :]
         layer.values = full_values[:, :, -layer.sliding_window + 1 :, :]
@@ -82,6 +68,20 @@ def _sliding_update(layer: DynamicSlidingWindowLayer, key_states: torch.Tensor, 
     layer.keys, layer.values = full_keys, full_values
     visible = layer.sliding_window - 1 + key_states.shape[-2]
     return full_keys[:, :, -visible:, :], full_values[:, :, -visible:, :]
+
+
+_UPDATES = {DynamicLayer: _full_update, DynamicSlidingWindowLayer: _sliding_update}
+
+
+def _append_states(layer, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keys, values): views of the layer's buffers holding what it holds, then the new states."""
+    if not torch.is_inference_mode_enabled():  # the buffers are written in place: keep them inference tensors
+        with torch.inference_mode():
+            return _append_states(layer, key_states, value_states)
+    if not layer.is_initialized:
+        layer.lazy_initialization(key_states, value_states)
+    return (_appended(layer, "_key_buffer", layer.keys, key_states),
+            _appended(layer, "_value_buffer", layer.values, value_states))
 
 
 def _appended(layer, name: str, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
