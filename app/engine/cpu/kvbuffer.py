@@ -11,11 +11,13 @@ keys and values are views of the buffer, so transformers' own crop (a slice) sti
 attention reads the same numbers: the same logits, bit for bit (tests/test_kvbuffer.py).
 
 Measured against the concatenating cache (Zen 3, AVX2, 2 threads, steps interleaved in one
-process, median ratio of 20): a one-token step of SmolLM2 0.98x at 60 and 150 tokens of context,
-0.96x at 400, 0.89x at 1000, 0.88x at 2000; of Gemma 3 270M 0.99x, 0.99x, 0.96x, 0.96x, 0.98x; a
-16-token verify of Gemma about 0.99x. (An earlier in-place cache on an AVX-512 machine had come
-out no faster: its states are cold in the CPU's caches when attention reads them, where a copy
-leaves them warm. The copies cost more than that here, and more with every token of context.)
+process, median ratio of 20), a one-token step of SmolLM2 at 60 / 150 / 400 / 1000 / 2000 tokens of
+context: 0.98 / 0.98 / 0.96 / 0.89 / 0.88x in a quiet hour; 0.98-1.02x up to 400 tokens and
+0.96-1.00x beyond in three runs on the same VM while it was busy (steps a third slower than
+usual), where no gain shows. Gemma 3 270M, one quiet run: 0.99 / 0.99 / 0.96 / 0.96 / 0.98x, and
+about 0.99x for a 16-token verify. (An earlier in-place cache on an AVX-512 machine had come out
+no faster: its states are cold in the CPU's caches when attention reads them, where a copy
+leaves them warm.)
 
 The buffers hold the model's bf16 states widened exactly to float32, as the CPU attention computes
 in float32 (app.engine.cpu.attention). Layers of another kind than transformers' dynamic full and
