@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack
+from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack, _GemmaNorm, _LlamaNorm
 from app.engine.loader import load_model
 
 README_TEXT = (__import__("pathlib").Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
@@ -34,6 +34,24 @@ def test_lean_steps_match_transformers_forward(demo_path, name, prompt_chars):
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
     lean.rewind(len(prompt))  # a verify of 17 drafts: bit for bit the one-token steps
     assert torch.equal(lean.feed(tokens[:17], 17), ours[:17])
+
+
+def test_the_norms_give_transformers_norms_bits():
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    generator = torch.Generator().manual_seed(0)
+    llama, gemma = LlamaRMSNorm(576, eps=1e-5), Gemma3RMSNorm(640, eps=1e-6)
+    with torch.no_grad():
+        for module in (llama, gemma):
+            module.weight.copy_(torch.randn(module.weight.shape, generator=generator))
+    llama = llama.to(torch.bfloat16)
+    for ours, theirs, width in ((_LlamaNorm.of(llama), llama, 576), (_GemmaNorm.of(gemma), gemma, 640)):
+        for n_rows in (1, 2, 17, 2000):
+            rows = torch.randn(n_rows, width, generator=generator) * torch.logspace(-3, 3, n_rows)[:, None]
+            rows = rows.to(torch.bfloat16)
+            with torch.inference_mode():
+                assert torch.equal(ours(rows), theirs(rows))
 
 
 @pytest.mark.parametrize("name", ["llama-q8", "qwen2-q8", "llama3-rope"])  # biases; Llama 3 rope scaling
