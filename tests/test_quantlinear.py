@@ -78,6 +78,22 @@ def test_k_quant_tensors_of_the_real_gemma_file_rebuild_exactly(demo_path, ggml_
 
 
 @requires_int4
+@pytest.mark.parametrize("ggml_type", ["Q4_1", "Q8_0", "Q6_K"])  # one, two and four passes
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_rows_function_gives_forwards_bits(ggml_type, with_bias):
+    raw, shape = _raw(ggml_type)
+    bias = torch.nn.Parameter(torch.randn(192).to(torch.bfloat16), requires_grad=False) if with_bias else None
+    linear = pack_linear(raw, ggml_type, shape, bias=bias)
+    product = linear.rows_function()
+    direct = linear.n_passes == 1 and not with_bias  # the kernel alone, with this module's buffers
+    assert (getattr(product, "func", None) is torch._weight_int4pack_mm_for_cpu) == direct
+    for n_rows in (1, 4, 17, 32):
+        x = torch.randn(n_rows, shape[1], generator=torch.Generator().manual_seed(n_rows)).to(torch.bfloat16)
+        with torch.inference_mode():
+            assert torch.equal(product(x), linear(x))
+
+
+@requires_int4
 @pytest.mark.parametrize("ggml_type", [*WRITABLE_TYPES, "Q5_K", "Q6_K"])
 def test_int4_linear_matches_the_dequantized_product_and_each_row_stands_alone(ggml_type):
     if not quantlinear.layout_is_known():

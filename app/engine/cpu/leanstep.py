@@ -22,7 +22,7 @@ rotation is written as a roll with a signed sine, the same products and sums): t
 A step then still spent much of its time in Python: about 600 nn.Module attribute lookups per
 SmolLM2 token and a dozen per int4 product. Each layer's weights, products and settings are now
 read once into plain attributes (_Layer), and decode-sized rows go straight to the int4 kernel
-(Int4Linear.rows_product): 1.17x per decoded token on SmolLM2, 1.05x on Gemma 3 270M, the same
+(Int4Linear.rows_function): 1.17x per decoded token on SmolLM2, 1.05x on Gemma 3 270M, the same
 bits (step-interleaved runs, AVX2).
 """
 
@@ -205,13 +205,14 @@ class _Layer:
 
 
 def _product(module: torch.nn.Module | None):
-    """x -> module(x) for the 2-D bf16 rows of a step, without nn.Module's call machinery:
-    torch's int4 kernel on the packed passes, or F.linear on the bf16 weight (the ops
+    """x -> module(x) for the 2-D bf16 rows of a step, without nn.Module's call machinery or
+    forward's checks: torch's int4 kernel on the packed passes (bound to the module's buffers as
+    they are now: take products after stacking), or F.linear on the bf16 weight (the ops
     module.forward runs); None for None."""
     if module is None:
         return None
     if isinstance(module, Int4Linear):
-        return module.forward
+        return module.rows_function()
     if type(module) is torch.nn.Linear:
         return functools.partial(F.linear, weight=module.weight, bias=module.bias)
     return module.forward
