@@ -229,7 +229,7 @@ def _inverse_rms(xf: torch.Tensor, width: torch.Tensor, eps: torch.Tensor) -> to
 
 
 def _scalars(width: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.tensor(float(width)), torch.tensor(eps, dtype=torch.float32)
+    return torch.tensor(float(width), dtype=torch.float32), torch.tensor(eps, dtype=torch.float32)
 
 
 class _GemmaNorm:

@@ -179,8 +179,8 @@ class Int4Linear(torch.nn.Module):
         """rows_product as a function of the rows alone, for callers that make many products on
         2-D bf16 rows of decoding size (app.engine.cpu.leanstep): for one pass and no bias, the
         kernel itself with this module's buffers bound, 2.4 of a 37 us product less than
-        forward (SmolLM2's o_proj, one row, Zen 3). Read when asked: call it again after the
-        buffers change."""
+        forward (SmolLM2's o_proj, one row, Zen 3). The buffers are bound when it is asked for:
+        ask again after they change."""
         if self.n_passes == 1 and self._parameters.get("bias") is None:
             (packed, scales), = self._pass_names
             return functools.partial(torch._weight_int4pack_mm_for_cpu, mat2=self._buffers[packed],
