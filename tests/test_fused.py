@@ -8,6 +8,7 @@ import torch
 from app.engine.cpu import fused, layout, quantlinear
 from app.engine.cpu.leanstep import LeanStack
 from app.engine.cpu.quantlinear import pack_linear
+from app.engine.cpu.rowexact import RowExactLinear
 from app.engine.loader import load_model
 from tests.test_quantlinear import _k_quant_blocks, _quantized
 
@@ -70,6 +71,22 @@ def test_bf16_matrices_stack_into_one_product_holding_their_weights_once():
     assert parts[1].weight.untyped_storage().data_ptr() == stacked.weight.untyped_storage().data_ptr()
     assert torch.equal(torch.cat([part(x) for part in parts], dim=-1), alone)
     assert fused.stack([torch.nn.Linear(256, 64), torch.nn.Linear(256, 64)]) is None  # float32: left to transformers
+
+
+def test_row_by_row_bf16_matrices_stack_into_one_still_computed_row_by_row():
+    # Multi-pass matrices an int4 load keeps as bf16 rows (app.engine.cpu.rowexact): each row of
+    # the stack is its own product, so a verify's rows are one-token steps' bits, stacked or not.
+    generator = torch.Generator().manual_seed(3)
+    parts = [RowExactLinear(torch.nn.Linear(256, n, bias=False, dtype=torch.bfloat16)) for n in (128, 64, 64)]
+    for part in parts:
+        part.linear.weight.data.normal_(generator=generator)
+    rows = torch.randn(5, 256, generator=generator).bfloat16()
+    alone = [torch.cat([part(rows[i : i + 1]) for part in parts], dim=-1) for i in range(5)]
+    stacked = fused.stack(parts)
+    assert isinstance(stacked, RowExactLinear)
+    assert torch.equal(stacked(rows), torch.cat(alone))
+    assert parts[2].linear.weight.untyped_storage().data_ptr() == stacked.linear.weight.untyped_storage().data_ptr()
+    assert fused.stack([parts[0], torch.nn.Linear(256, 64, dtype=torch.bfloat16)]) is None  # one of each kind
 
 
 @pytest.mark.parametrize("name, int4", [pytest.param("smollm2-135m", True, marks=requires_stacking),

@@ -6,7 +6,8 @@ import torch
 
 from app.engine.loader import load_model
 from app.engine.cpu.quantlinear import Int4Linear
-from app.engine.cpu.rowexact import MAX_BYTES, MAX_ROWS, RowExactLinear, beats_int4_passes, wrap_linears
+from app.engine.cpu.rowexact import (MAX_BYTES, MAX_ROWS, RowExactLinear, beats_int4_passes, replaces_int4,
+                                     wrap_linears)
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
 from tests.kv_checks import verify_and_steps
 
@@ -57,18 +58,20 @@ def test_int4_loads_wrap_their_bf16_matrices_and_verify_as_they_decode(tmp_path)
 
 def test_the_demo_files_layers_run_on_the_int4_kernel_or_row_by_row(demo_path):
     """Every matrix of their layers runs on the int4 kernel, or in bf16 row by row where this CPU
-    computes that for clearly less than its passes (Gemma's Q6_K ffn_down on AVX2): none in a
-    batched bf16 product."""
+    computes that for clearly less than its passes (Gemma's Q6_K ffn_down on AVX2, also its
+    two-pass Q5_0 and Q8_0 with torch's scalar kernels): none in a batched bf16 product."""
     for name in ("smollm2-135m", "gemma3-270m"):
         loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
         layers = getattr(loaded.model, loaded.model.base_model_prefix).layers
         wrapped = {id(m.linear) for m in layers.modules() if isinstance(m, RowExactLinear)}
         assert not [m for m in layers.modules() if isinstance(m, torch.nn.Linear) and id(m) not in wrapped], name
+        matrices = [t for t in loaded.info.tensors if t.name.startswith("blk.") and len(t.shape) == 2]
+        assert len(wrapped) == sum(replaces_int4(t) for t in matrices), name
     four_passes = [m for m in layers.modules() if isinstance(m, Int4Linear) and m.n_passes == 4]
-    if beats_int4_passes(4):
-        assert not four_passes and len(wrapped) == 9  # the Q6_K ffn_down of 9 layers
+    if beats_int4_passes(4):  # Gemma's Q6_K ffn_down of 9 layers, in bf16 rows
+        assert not four_passes and len(wrapped) >= 9
     else:
-        assert four_passes and not wrapped
+        assert len(four_passes) == 9
 
 
 def test_a_q6_k_layer_in_bf16_verifies_as_it_decodes(demo_path):

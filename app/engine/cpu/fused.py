@@ -14,7 +14,11 @@ layout is unknown nothing is stacked.
 
 bf16 matrices (loads without int4) are stacked the same way: one bf16 product per stack, 1.06x
 on SmolLM2 and 1.07x on Gemma 3 270M per decoded token, the same bits for one token (a batched
-bf16 verify is not row-exact, stacked or not).
+bf16 verify is not row-exact, stacked or not). So are the multi-pass matrices an int4 load keeps
+in bf16, row by row, where this CPU computes them for less than their passes
+(app.engine.cpu.rowexact): with torch's scalar kernels (ATEN_CPU_CAPABILITY=default, as on CPUs
+without AVX2) that is every two-pass matrix of Gemma 3 270M (Q5_0, Q8_0), its q, k, v, gate and
+up, which were five row-by-row products a layer instead of two.
 
 Memory: the separate modules, which prompts (transformers' forward) still call, keep views of the
 stacked packed weights, so those are held once; their scales and zeros (an eighth of the packed
@@ -28,14 +32,19 @@ import torch
 
 from app.engine.cpu import layout
 from app.engine.cpu.quantlinear import Int4Linear
+from app.engine.cpu.rowexact import RowExactLinear
 
 
 def stack(linears: list[torch.nn.Module]) -> torch.nn.Module | None:
     """One linear whose outputs are the given linears' outputs side by side (same input), the
     linears then sharing its weights, or None where they cannot be stacked: int4 ones as
-    stack_int4 says, bf16 nn.Linear ones of the same input size on the CPU."""
+    stack_int4 says, bf16 nn.Linear ones of the same input size on the CPU, and bf16 ones
+    computed row by row (RowExactLinear) as one such linear, still row by row."""
     if linears and all(type(m) is torch.nn.Linear for m in linears):
         return _stack_bf16(linears)
+    if linears and all(isinstance(m, RowExactLinear) for m in linears):
+        stacked = _stack_bf16([m.linear for m in linears])
+        return RowExactLinear(stacked) if stacked is not None else None
     return stack_int4(linears)
 
 
