@@ -183,7 +183,7 @@ def test_a_bf16_cpu_load_keeps_the_layers_quantized_and_computes_the_same_logits
     assert packed.plan.int4 and "int4" in packed.plan.describe()
     linears = [m for m in packed.model.model.layers.modules() if isinstance(m, (Int4Linear, torch.nn.Linear))]
     # Every layer matrix on the int4 kernel, but those this CPU computes for less as bf16 rows
-    # (a measurement: Q5_0's two passes with torch's scalar kernels, never on AVX2 or AVX-512).
+    # (a measurement: Q5_0's two passes with torch's scalar kernels, not with AVX2's on a Zen 3).
     matrices = [t for t in read_gguf_info(tiny_q4[qtype]).tensors if t.name.startswith("blk.") and len(t.shape) == 2]
     in_rows = sum(rowexact.replaces_int4(t) for t in matrices)
     assert len(linears) == len(matrices) and sum(isinstance(m, Int4Linear) for m in linears) == len(matrices) - in_rows
