@@ -32,6 +32,9 @@ import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 _MIN_TOKENS = 256  # the smallest buffer, in tokens: decoding then grows it rarely
+# Suffix of the layer attribute holding (the view _appended returned last, where it starts in the
+# buffer): a step that gets that very view back need not find where it starts (_start_in).
+_LAST_VIEW = "_last_view"
 
 
 def buffered_float32_cache(cache, max_tokens: int | None = None) -> None:
@@ -91,7 +94,10 @@ def _appended(layer, name: str, held: torch.Tensor | None, new: torch.Tensor) ->
     holds otherwise) followed by `new` along the sequence, in float32."""
     buffer = layer.__dict__.get(name)
     n_new = new.shape[-2]
-    if held is None or held.dim() != new.dim() or held.shape[-2] == 0:
+    last_view, last_start = layer.__dict__.get(name + _LAST_VIEW, (None, 0))
+    if held is last_view:  # decoding: the layer holds what this returned at the last step
+        n_held, start = held.shape[-2], last_start
+    elif held is None or held.dim() != new.dim() or held.shape[-2] == 0:
         n_held, start = 0, 0
     else:
         n_held = held.shape[-2]
@@ -108,7 +114,9 @@ def _appended(layer, name: str, held: torch.Tensor | None, new: torch.Tensor) ->
         buffer, start = grown, 0
         layer.__dict__[name] = buffer
     buffer.narrow(-2, start + n_held, n_new).copy_(new)
-    return buffer.narrow(-2, start, n_held + n_new)
+    view = buffer.narrow(-2, start, n_held + n_new)
+    layer.__dict__[name + _LAST_VIEW] = (view, start)
+    return view
 
 
 def _start_in(buffer: torch.Tensor, held: torch.Tensor) -> int | None:
