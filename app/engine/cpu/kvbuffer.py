@@ -95,7 +95,7 @@ def _appended(layer, name: str, held: torch.Tensor | None, new: torch.Tensor) ->
     buffer = layer.__dict__.get(name)
     n_new = new.shape[-2]
     last_view, last_start = layer.__dict__.get(name + _LAST_VIEW, (None, 0))
-    if held is last_view:  # decoding: the layer holds what this returned at the last step
+    if held is not None and held is last_view:  # decoding: the layer holds what this returned last step
         n_held, start = held.shape[-2], last_start
     elif held is None or held.dim() != new.dim() or held.shape[-2] == 0:
         n_held, start = 0, 0
