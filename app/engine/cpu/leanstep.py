@@ -180,22 +180,29 @@ class _Layer:
         qk, v = states[:, : n_q + self.n_kv], states[:, n_q + self.n_kv :]
         qk = _rope(self.qk_norm(qk) if self.gemma else qk, *rotary)
         keys, values = cache.update(qk[:, n_q:].transpose(0, 1)[None], v.transpose(0, 1)[None], index)
-        # KVModel's cache holds float32 (app.engine.cpu.kvbuffer); it returns its last keys, the
-        # first of them at this absolute position.
+        return self.attend_one(qk[:, :n_q], keys, values, index, start, x.dtype)
+
+    def attend_one(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, index: int, start: int,
+                   dtype: torch.dtype) -> torch.Tensor:
+        """o(attention of one query [1, n_q, head_dim] at position start over the window's keys),
+        in dtype. KVModel's cache holds float32 (app.engine.cpu.kvbuffer); it returns its last
+        keys, the last of them at start."""
         first = start + 1 - keys.shape[2]
         lo = (0 if self.window is None else max(0, start - self.window + 1)) - first
         if lo < 0:  # never with transformers' layers as KVModel sets them up
             raise RuntimeError(f"layer {index}: the cache holds fewer keys than position {start} attends to")
         if lo:
             keys, values = keys[:, :, lo:], values[:, :, lo:]
-        out = F.scaled_dot_product_attention(qk[:, :n_q].float().view(1, n_q, 1, head_dim), keys.float(),
-                                             values.float(), scale=self.scaling, enable_gqa=n_q != self.n_kv)
-        return self.o(out.reshape(1, -1).to(x.dtype))
+        out = F.scaled_dot_product_attention(q.float().view(1, self.n_q, 1, self.head_dim), keys.float(),
+                                             values.float(), scale=self.scaling, enable_gqa=self.n_q != self.n_kv)
+        return self.o(out.reshape(1, -1).to(dtype))
 
     def attention(self, x: torch.Tensor, index: int, rotary, cache, start: int) -> torch.Tensor:
         n_tokens = x.shape[0]
         q, k, v = self.qk_v(x, rotary)
         keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], index)
+        if n_tokens == 1:  # unstacked layers' decoding step
+            return self.attend_one(q, keys, values, index, start, x.dtype)
         keys, values = keys.float(), values.float()  # no copies: KVModel's cache holds float32
         # The cache returns its last keys; the first of them is at this absolute position.
         first = start + n_tokens - keys.shape[2]
@@ -207,13 +214,6 @@ class _Layer:
         if ranges[0][0] < 0:  # never with transformers' layers as KVModel sets them up
             raise RuntimeError(f"layer {index}: the cache holds fewer keys than position {start} attends to")
         gqa = self.n_q != self.n_kv
-        if n_tokens == 1:  # decoding: one query over a range that is mostly all the keys
-            (a, b), = ranges
-            if a or b != keys.shape[2]:
-                keys, values = keys[:, :, a:b], values[:, :, a:b]
-            out = F.scaled_dot_product_attention(q.float().view(1, self.n_q, 1, self.head_dim), keys, values,
-                                                 scale=self.scaling, enable_gqa=gqa)
-            return self.o(out.reshape(1, -1).to(x.dtype))
         query = q.float().transpose(0, 1)[None]  # [1, H, M, head_dim]
         if self.row_by_row:
             out = torch.cat([F.scaled_dot_product_attention(query[:, :, i : i + 1], keys[:, :, a:b], values[:, :, a:b],
