@@ -36,6 +36,25 @@ def test_lean_steps_match_transformers_forward(demo_path, name, prompt_chars):
     assert torch.equal(lean.feed(tokens[:17], 17), ours[:17])
 
 
+
+@pytest.mark.parametrize("name, prompt_chars", [("smollm2-135m", 400), ("gemma3-270m", 2600)])
+def test_unstacked_layers_decode_the_stacked_layers_bits(demo_path, name, prompt_chars):
+    """Layers whose products cannot be stacked (int4 rows not in whole blocks, Gemma head norms of
+    unequal epsilons) take attention's own one-token branch: the same bits as the stacked step."""
+    loaded = load_model(demo_path(name), device="cpu", dtype="bfloat16")
+    stacked, unstacked = loaded.kv_model(), loaded.kv_model()
+    assert stacked._lean is not None
+    if not stacked._lean.all_stacked:
+        pytest.skip("this CPU's products do not stack (int4 packing layout not learned): no stacked step to match")
+    unstacked._lean = LeanStack(stacked._lean.base, stacked._lean.gemma, stacked=False)
+    assert not unstacked._lean.all_stacked
+    prompt = loaded.tokenizer.encode(README_TEXT[:prompt_chars])
+    tokens = loaded.tokenizer.encode(README_TEXT[5000:5200])[:6]
+    for kv in (stacked, unstacked):
+        kv.feed(prompt)
+    ours = torch.stack([unstacked.feed([t])[0] for t in tokens])
+    assert torch.equal(ours, torch.stack([stacked.feed([t])[0] for t in tokens]))
+
 def test_the_norms_give_transformers_norms_bits():
     from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
