@@ -9,6 +9,7 @@ process (`specula` fixture), where a subprocess would add seconds and nothing el
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -316,6 +317,57 @@ def test_inspect(cli, specula, tiny_paths):
     assert "qwen2-f32.gguf" in out
     code, out, _ = specula("inspect", str(tiny_paths["llama-notemplate"]), "--json")
     assert code == 0 and json.loads(out)["has_chat_template"] is False
+
+
+def _calibrate_rows(out: str) -> dict[str, list[str]]:
+    """The curve table of `specula calibrate`: plan name -> its cells."""
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["plan", "1", "token"], out
+    return {line.split()[0]: line.split()[1:] for line in lines[1:] if re.match(r"^\S+\s+[\d.]+ms", line)}
+
+
+def test_calibrate_shows_each_plans_curve_and_the_choice_per_drafter(specula, tiny_paths, tmp_path, monkeypatch):
+    from app.engine.cpu.plan import MEASURED_TOKENS
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]))
+    assert code == 0, err
+    rows = _calibrate_rows(out)
+    assert {"float32", "bf16", "bf16-int4"} <= set(rows) and "llama.cpp" not in rows
+    # The int4 plan's verifies are timed (it can draft exactly): a cell per measured length, then tok/s.
+    assert len(rows["bf16-int4"]) == len(MEASURED_TOKENS) + 1
+    for drafter in ("none", "lookup", "draft"):
+        assert re.search(rf"^with drafter {drafter}\s*: \S+\s+\(measured: ", out, re.M), out
+    assert "a step feeding" not in out  # the comparison with llama.cpp only when asked for
+    # Kept unless repeated runs disagreed (a busy machine), and it says which.
+    kept = re.search(r"^cached in .*plans\.json for ", out, re.M) is not None
+    assert kept or re.search(r"^not kept: repeated runs disagreed", out, re.M), out
+    assert kept == (tmp_path / "specula" / "plans.json").exists()
+
+
+def test_calibrate_llama_cpp_without_the_package_says_how_to_install_it(specula, tiny_paths, monkeypatch):
+    from app.cli import bench_llamacpp
+
+    monkeypatch.setattr(bench_llamacpp, "available", lambda: False)
+    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "--llama-cpp")
+    assert code == 2 and out == ""  # before anything is measured
+    assert one_line(err) == "specula: llama.cpp's rows need llama-cpp-python: pip install '.[bench]'"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                    reason="llama-cpp-python is not installed (the [bench] extra; the README's setup leaves it out)")
+def test_calibrate_llama_cpp_times_llama_cpps_steps_as_ours(specula, tiny_paths, tmp_path, monkeypatch):
+    from app.engine.cpu.plan import MEASURED_TOKENS
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "--llama-cpp")
+    assert code == 0, err
+    rows = _calibrate_rows(out)
+    cells = rows["llama.cpp"]
+    assert len(cells) == len(MEASURED_TOKENS) + 1 and all(float(c.removesuffix("ms")) > 0 for c in cells)
+    line = next(line for line in out.splitlines() if line.startswith("a step feeding"))
+    assert re.fullmatch(rf"a step feeding {MEASURED_TOKENS[-2]} tokens against a one-token step: "
+                        r"bf16-int4 [\d.]+x, llama\.cpp [\d.]+x", line), line
 
 
 def test_version(specula):

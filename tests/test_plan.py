@@ -300,7 +300,7 @@ def test_the_timed_context_is_the_cache_the_shaped_model_would_fill(tiny_q4_path
     prepare_cpu_model(shaped, option.dtype, option.int4)
     fed = KVModel(shaped, n_ctx=96)
     with torch.inference_mode():
-        fed.feed(list(range(1, calibrate._CONTEXT + 1)), 1)
+        fed.feed(list(range(1, calibrate.CONTEXT + 1)), 1)
     primed = calibrate._primed(KVModel(shaped, n_ctx=96))
     assert primed.ids == fed.ids and primed.cache.get_seq_length() == fed.cache.get_seq_length()
     assert len(primed.cache.layers) == len(fed.cache.layers)

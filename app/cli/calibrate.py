@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.cli import bench_llamacpp
 from app.hub.builtin import resolve_model_arg
 
 
@@ -12,6 +13,8 @@ def register(sub) -> None:
     parser = sub.add_parser("calibrate", help="measure which CPU plan (float32, bf16, bf16 + int4 weights) runs a model fastest here; cached, used by --dtype auto")
     parser.add_argument("model", help="GGUF file or built-in model name")
     parser.add_argument("--no-int4", action="store_true", help="leave the int4-weights plan out")
+    parser.add_argument("--llama-cpp", action="store_true",
+                        help="also time llama.cpp's steps on the same file and threads, as a last row (needs pip install '.[bench]')")
     parser.set_defaults(func=cmd_calibrate)
 
 
@@ -22,6 +25,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from app.engine.gguf_info import read_gguf_info
     from app.engine.loader import check_supported, choose_cpu_plan
 
+    if args.llama_cpp and not bench_llamacpp.available():
+        print(f"specula: {bench_llamacpp.INSTALL_HINT}", file=sys.stderr)
+        return 2
     info = read_gguf_info(resolve_model_arg(args.model))
     check_supported(info)
     if not can_fast_load(info):
@@ -29,16 +35,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     probe.forget()  # the kernel probes too (which matrices load as bf16 rows is part of the plan's key)
     choice = choose_cpu_plan(info, "none", int4=not args.no_int4, recalibrate=True)
-    print(format_curves(choice.curves))
+    curves, failed = dict(choice.curves), None
+    if args.llama_cpp:
+        try:
+            curves["llama.cpp"] = _llama_cpp_curve(info.path)
+        except (ValueError, RuntimeError, OSError) as exc:  # llama-cpp-python's "Failed to load model"
+            failed = f"specula: llama.cpp could not run {info.path.name}: {exc}"
+    print(format_curves(curves))
     for drafter in cpu_plan.EXPECTED_ACCEPTANCE:
         picked = cpu_plan.choose(choice.curves, drafter)
         print(f"with drafter {drafter:6s}: {picked.option.name:16s} ({picked.reason})")
+    if "llama.cpp" in curves:
+        print(steepness(curves))
     from app.engine.loader import cpu_plan_options
 
     if cpu_plan.cached_curves(info, cpu_plan_options(info, not args.no_int4)) == choice.curves:
         print(f"cached in {cpu_plan.cache_file()} for {cpu_plan.machine_key()}")
     else:
         print("not kept: repeated runs disagreed (another program was busy on the CPU); run it again when the machine is idle")
+    if failed:
+        print(failed, file=sys.stderr)
+        return 1
     return 0
 
 
@@ -53,3 +70,26 @@ def format_curves(curves: dict) -> str:
         cells = "".join(f"{s * 1000:9.1f}ms" for s in curve.seconds)
         rows.append(f"{name:17s}{cells}   {1 / curve.cost(1):11.1f}")
     return "\n".join(rows)
+
+
+def _llama_cpp_curve(path):
+    """llama.cpp's steps at MEASURED_TOKENS, timed as our plans' are (bench_llamacpp.step_curve)."""
+    import torch
+
+    from app.engine.cpu import calibrate
+    from app.engine.cpu.plan import MEASURED_TOKENS, CostCurve
+
+    return CostCurve(bench_llamacpp.step_curve(path, torch.get_num_threads(), MEASURED_TOKENS,
+                                               calibrate.CONTEXT, calibrate.STEP_REPEATS))
+
+
+def steepness(curves: dict) -> str:
+    """What a step feeding the longest draft one block of the int4 kernel's rows holds costs
+    against a one-token step, in each plan whose verifies were timed and in llama.cpp: drafting's
+    speed-up over plain decoding shrinks as that grows, whatever the one-token step costs."""
+    from app.engine.cpu.plan import MEASURED_TOKENS
+
+    n = MEASURED_TOKENS[-2]
+    timed = {name: c for name, c in curves.items() if len(c.seconds) == len(MEASURED_TOKENS)}
+    ratios = ", ".join(f"{name} {c.cost(n) / c.cost(1):.2f}x" for name, c in timed.items())
+    return f"a step feeding {n} tokens against a one-token step: {ratios}"

@@ -42,15 +42,15 @@ log = logging.getLogger(__name__)
 
 _MAX_LAYERS = 8
 _WHOLE_BELOW_BYTES = 2 << 30  # models up to about 1B weights (bf16) are timed whole
-_CONTEXT = 32  # tokens already in the cache when steps are timed: a short chat turn
+CONTEXT = 32  # tokens already in the cache when steps are timed: a short chat turn
 _REPEATS = 3  # timed runs of each verify: the schedule and the plan use their ratios to the one-token step
 # Timed runs of the one-token step, the anchor of every ratio: a run slowed by the machine there
 # made every verify look cheaper (SmolLM2, AVX-512, five calibrations with two runs each: its
 # 8-token verify at 1.76-2.28x the step, 1.89-2.36x with three and five; run on the real model,
 # 2.09x). Gemma 3 270M's calibration took 5.0-5.9 s on both kernel classes.
-_STEP_REPEATS = 5
+STEP_REPEATS = 5
 _UNSTEADY_SPREAD = 1.5  # slowest / fastest run of one step beyond which the CPU was busy
-_TOKENS_USED = 128  # token ids fed while timing: 1.._CONTEXT, then 100..116
+_TOKENS_USED = 128  # token ids fed while timing: 1..CONTEXT, then 100..116
 
 
 def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.nn.Module, PlanOption], None],
@@ -76,7 +76,7 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
         if option.int8_head:
             _install_int8_head(model, int8_heads)
         timer = _Timer(model, info.n_layers, cancel)
-        step, spread = timer.time(MEASURED_TOKENS[:1], _STEP_REPEATS)
+        step, spread = timer.time(MEASURED_TOKENS[:1], STEP_REPEATS)
         spreads.extend(spread)
         if step.seconds[0] > HOPELESS_STEP_RATIO * fastest or (any_exact and not option.exact_verify):
             curves[option.name] = step
@@ -206,7 +206,7 @@ class _Timer:
         self.model, self.n_layers, self.cancel = model, n_layers, cancel
         base = getattr(model, model.base_model_prefix)
         self.whole = len(base.layers) == n_layers
-        self._kv = _primed(KVModel(model, n_ctx=_CONTEXT + 64)) if self.whole else None
+        self._kv = _primed(KVModel(model, n_ctx=CONTEXT + 64)) if self.whole else None
 
     @torch.inference_mode()
     def time(self, tokens: tuple[int, ...], repeats: int = _REPEATS) -> tuple[CostCurve, list[tuple[float, float]]]:
@@ -218,9 +218,9 @@ class _Timer:
         model = self.model
         base = getattr(model, model.base_model_prefix)
         built, all_layers = len(base.layers), base.layers
-        full, spread = _step_costs(_primed(KVModel(model, n_ctx=_CONTEXT + 64)), self.cancel, tokens, repeats)
+        full, spread = _step_costs(_primed(KVModel(model, n_ctx=CONTEXT + 64)), self.cancel, tokens, repeats)
         layer_types = getattr(model.config, "layer_types", None)
-        one_kv = _primed(KVModel(_first_layer_only(model), n_ctx=_CONTEXT + 64))
+        one_kv = _primed(KVModel(_first_layer_only(model), n_ctx=CONTEXT + 64))
         one, one_spread = _step_costs(one_kv, self.cancel, tokens, repeats)
         base.layers, model.config.num_hidden_layers = all_layers, built  # as built, for the next timing
         if layer_types:
@@ -233,17 +233,17 @@ class _Timer:
 
 
 def _primed(kv: KVModel) -> KVModel:
-    """The cache holding _CONTEXT positions, the context every step is timed from: zero keys and
+    """The cache holding CONTEXT positions, the context every step is timed from: zero keys and
     values put straight into each layer's cache, as the model's own update would put them there
     (a step's cost does not depend on their values; feeding the shaped model a prompt took
     0.3-0.6 s per plan, a fifth of Gemma's calibration)."""
     config = kv.model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    zeros = torch.zeros(1, config.num_key_value_heads, _CONTEXT, head_dim, dtype=kv.model.dtype)
+    zeros = torch.zeros(1, config.num_key_value_heads, CONTEXT, head_dim, dtype=kv.model.dtype)
     with torch.inference_mode():
         for layer in range(config.num_hidden_layers):
             kv.cache.update(zeros, zeros, layer)
-    kv.ids = list(range(1, _CONTEXT + 1))
+    kv.ids = list(range(1, CONTEXT + 1))
     return kv
 
 
@@ -261,7 +261,7 @@ def _first_layer_only(model: torch.nn.Module) -> torch.nn.Module:
 def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None, tokens: tuple[int, ...],
                 repeats: int) -> tuple[dict[int, float], list[tuple[float, float]]]:
     """Minimum seconds of a step feeding n tokens and reading every position's greedy token (a
-    verify of n - 1 drafts, all accepted), from the context of _CONTEXT tokens the cache holds
+    verify of n - 1 drafts, all accepted), from the context of CONTEXT tokens the cache holds
     (_primed); and per n the (fastest, slowest) run."""
     best = {n: float("inf") for n in tokens}
     worst = {n: 0.0 for n in tokens}
@@ -274,7 +274,7 @@ def _step_costs(kv: KVModel, cancel: Callable[[], bool] | None, tokens: tuple[in
             for i in range(n):
                 rows.argmax(i)
             elapsed = time.perf_counter() - started
-            kv.rewind(_CONTEXT)
+            kv.rewind(CONTEXT)
             if repeat:
                 best[n], worst[n] = min(best[n], elapsed), max(worst[n], elapsed)
     return best, [(best[n], worst[n]) for n in tokens]
