@@ -149,6 +149,48 @@ def test_each_plan_feeds_its_context_once_and_an_inexact_plan_times_no_verifies(
     assert len(alone["bf16"].seconds) == len(cpu_plan.MEASURED_TOKENS)
 
 
+class _ScriptedTimer:
+    """A plan's timer whose one-token steps take the seconds given, in turn (for _run_off)."""
+
+    def __init__(self, name: str, seconds: list[float], log: list[str]) -> None:
+        self.name, self.seconds, self.log = name, iter(seconds), log
+
+    def one_step(self) -> float:
+        self.log.append(self.name)
+        return next(self.seconds)
+
+
+def test_a_run_off_times_two_close_plans_in_turns_and_scales_their_curves():
+    log: list[str] = []
+    # Timed apart, "a" ran while the machine was busy: 30 ms against b's 25.
+    curves = {"a": CostCurve((0.030, 0.060)), "b": CostCurve((0.025, 0.050))}
+    a = ("a", _ScriptedTimer("a", [0.022, 0.021, 0.035, 0.020, 0.021], log))
+    b = ("b", _ScriptedTimer("b", [0.026, 0.024, 0.025, 0.030, 0.024], log))
+    assert calibrate._run_off(a, b, curves) is a  # the faster in turns, kept for the next run-off
+    assert log == ["a", "b"] * calibrate.STEP_REPEATS
+    # Each curve at its fewest seconds of the run-off, its verifies in the same ratio to its step.
+    assert curves["a"].seconds == pytest.approx((0.020, 0.040))
+    assert curves["b"].seconds == pytest.approx((0.024, 0.048))
+
+
+def test_every_close_half_precision_plan_is_run_off_against_the_fastest(tiny_q4_path, monkeypatch):
+    """On a whole model each bf16 plan whose step is close to the fastest one's is timed in turns
+    with it; float32's are never kept beside another model."""
+    from app.engine.loader import prepare_cpu_model
+
+    info = read_gguf_info(tiny_q4_path)
+    run_offs = []
+    run_off = calibrate._run_off
+    monkeypatch.setattr(calibrate, "_run_off", lambda l, c, curves: run_offs.append((l[0], c[0])) or run_off(l, c, curves))
+    monkeypatch.setattr(calibrate, "_RUNOFF_MARGIN", float("inf"))  # every plan counts as close
+    options = cpu_plan_options(info)
+    curves, _ = calibrate.measure(info, options, lambda m, o: prepare_cpu_model(m, o.dtype, o.int4))
+    half = [o.name for o in options if o.dtype != torch.float32]
+    assert len(half) >= 2 and len(run_offs) == len(half) - 1
+    assert {name for pair in run_offs for name in pair} == set(half)
+    assert set(curves) == {o.name for o in options}
+
+
 def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, monkeypatch):
     info = read_gguf_info(tiny_q4_path)
     options = cpu_plan_options(info)
