@@ -175,7 +175,7 @@ def test_a_run_off_times_two_close_plans_in_turns_and_scales_their_curves():
 
 def test_every_close_half_precision_plan_is_run_off_against_the_fastest(tiny_q4_path, monkeypatch):
     """On a whole model each bf16 plan whose step is close to the fastest one's is timed in turns
-    with it; float32's are never kept beside another model."""
+    with it; float32's are never kept beside another model, nor any where float32's do not fit."""
     from app.engine.loader import prepare_cpu_model
 
     info = read_gguf_info(tiny_q4_path)
@@ -189,6 +189,10 @@ def test_every_close_half_precision_plan_is_run_off_against_the_fastest(tiny_q4_
     assert len(half) >= 2 and len(run_offs) == len(half) - 1
     assert {name for pair in run_offs for name in pair} == set(half)
     assert set(curves) == {o.name for o in options}
+    # Where float32 does not fit in memory (the loader leaves it out), two models at once may not either.
+    run_offs.clear()
+    calibrate.measure(info, [o for o in options if o.dtype != torch.float32], lambda m, o: prepare_cpu_model(m, o.dtype, o.int4))
+    assert run_offs == []
 
 
 def test_the_cache_is_per_machine_and_torch_version(tiny_q4_path, plan_cache, monkeypatch):

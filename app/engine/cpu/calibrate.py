@@ -68,6 +68,9 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
     started = time.monotonic()
     curves, spreads, fastest = {}, [], float("inf")
     leader: tuple[str, _Timer] | None = None  # the fastest plan so far, kept for a run-off (_run_off)
+    # A run-off holds two half-precision models at once, about a float32 one's memory: only where
+    # the float32 plan is offered, which the loader does where it fits (loader.cpu_plan_options).
+    run_offs = any(o.dtype == torch.float32 for o in options)
     int8_heads: dict[tuple[int, int], Int8Head] = {}
     tables: dict = {}  # embedding tables shared by the shaped models (_fill)
     # A plan whose verify is not row-exact never runs drafts while an exact one is offered
@@ -99,7 +102,7 @@ def measure(info: GGUFInfo, options: list[PlanOption], prepare: Callable[[torch.
             # one-token steps' spreads tell whether the CPU was busy.
             verifies, _ = timer.time(MEASURED_TOKENS[1:])
             curves[option.name] = CostCurve(monotone(step.seconds + verifies.seconds))
-        if timer.whole and option.dtype != torch.float32 and step.seconds[0] <= _RUNOFF_MARGIN * fastest:
+        if run_offs and timer.whole and option.dtype != torch.float32 and step.seconds[0] <= _RUNOFF_MARGIN * fastest:
             leader = (option.name, timer) if leader is None else _run_off(leader, (option.name, timer), curves)
         fastest = min(c.seconds[0] for c in curves.values())
         del model, timer
@@ -117,8 +120,8 @@ def _run_off(leader: tuple[str, "_Timer"], challenger: tuple[str, "_Timer"],
     kept for the next run-off. Timed one after the other, seconds apart, whichever plan ran while
     another program was busy looked slower: on a busy 2-core Zen 3 SmolLM2's int8-head plan, 8-10%
     faster in a step and 15-20% in the bench's decoding, measured 1.19x slower and was left out.
-    Only whole models in half precision (up to about 1B weights) take part: two cut large ones,
-    or a float32 one beside another, could be more than the memory holds."""
+    Only whole models in half precision (up to about 1B weights), where float32's fit in memory,
+    take part: two cut large ones, or a float32 one beside another, could be more than it holds."""
     best = {leader[0]: float("inf"), challenger[0]: float("inf")}
     for _ in range(STEP_REPEATS):
         for name, timer in (leader, challenger):
