@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from app.engine.cpu.probe import fastest
-
 INSTALL_HINT = "llama.cpp's rows need llama-cpp-python: pip install '.[bench]'"
 
 
@@ -72,6 +70,8 @@ def step_curve(path: Path, n_threads: int, counts: Sequence[int], context: int, 
     fewest-of-runs rule that our plans' curves are measured with (app.engine.cpu.calibrate), so
     that the two compare by row."""
     from llama_cpp import Llama
+
+    from app.engine.cpu.probe import fastest  # torch: not when the CLI's parser is built
 
     llm = Llama(model_path=str(path), n_ctx=context + max(counts) + 1, n_threads=n_threads,
                 n_threads_batch=n_threads, logits_all=True, verbose=False)
