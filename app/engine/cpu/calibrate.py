@@ -16,8 +16,10 @@ again in turns with it (_run_off), which decides between them.
 Where the seconds go (Gemma 3 270M, AVX2, 2 threads, a noisy VM: 8.5-9 s in all, SmolLM2 3.2 s):
 building the shaped models (3.7 s for Gemma's five; the first of each dtype fills a 262k-row
 embedding that the others borrow), packing one int8 head for the plans with one (1.5 s for
-Gemma's 262k rows), and the steps themselves. The context the steps are timed from is put
-straight into the cache (_primed: 0.3-0.6 s per plan when it was fed as a prompt). Verifies are
+Gemma's 262k rows), and the steps themselves; the run-offs, three of five rounds each, add about
+0.7 s for SmolLM2 and 1.3 s for Gemma by their steps' times, within a busy hour's noise (with
+them 4.2-5.5 s and 10.9-13.3 s in all, without 4.4-5.2 s and 9.6-12.0 s, the same hour). The
+context the steps are timed from is put straight into the cache (_primed: 0.3-0.6 s per plan when it was fed as a prompt). Verifies are
 timed only for plans that can win with drafts: not for a hopeless one, nor for bf16 with
 dequantized weights, which plan.choose never lets draft while a row-exact plan is offered.
 """
