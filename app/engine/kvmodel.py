@@ -7,9 +7,11 @@ prefix is what makes multi-turn chat reuse the cache and keeps a draft model in 
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Sequence
 
 import torch
+import transformers
 from transformers import DynamicCache, PreTrainedModel
 
 from app.engine.cpu.attention import uses_cpu_attention
@@ -17,6 +19,24 @@ from app.engine.cpu.kvbuffer import buffered_float32_cache
 from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack
 from app.engine.cpu.quantlinear import Int4Linear
 from app.engine.cpu.screen import ScreenedHead, can_screen, screening_pays
+from app.engine.errors import SpeculaError
+
+# The first transformers whose forward takes the KV cache as `cache` (5.23 and older call it
+# past_key_values): pyproject.toml asks for it too.
+MIN_TRANSFORMERS = "5.24"
+
+
+def require_cache_argument(forward: Callable | None = None) -> None:
+    """Raise a one-line SpeculaError when transformers' forward has no `cache` argument. An older
+    transformers takes cache= silently into **kwargs and builds a cache of its own, so ours stays
+    empty and the first rollback fails deep inside it (seen with 5.17 on a GPU machine).
+    forward: a loaded model's (default: Llama's, the same in every architecture)."""
+    if forward is None:
+        forward = transformers.LlamaForCausalLM.forward
+    if "cache" not in inspect.signature(forward).parameters:
+        raise SpeculaError(
+            f"transformers {transformers.__version__} is too old for Specula, which needs {MIN_TRANSFORMERS} "
+            f"or newer: pip install -U 'transformers>={MIN_TRANSFORMERS},<6'")
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -50,6 +70,7 @@ class KVModel:
     """Owns a model's DynamicCache; `ids` always equals the tokens whose keys/values it holds."""
 
     def __init__(self, model: PreTrainedModel, n_ctx: int | None = None) -> None:
+        require_cache_argument(model.forward)
         self.model = model
         self.n_ctx = n_ctx or int(getattr(model.config, "max_position_embeddings", 4096))
         head = model.get_output_embeddings()

@@ -31,7 +31,7 @@ from app.engine.gguf_info import (GGUFInfo, check_tensor_table, format_bytes, in
                                    read_tensor)
 from app.engine.machine import memory_limit_bytes
 from app.engine.cpu.rowexact import replaces_int4, wrap_linears
-from app.engine.kvmodel import KVModel
+from app.engine.kvmodel import KVModel, require_cache_argument
 from app.engine.rope import apply_rope_scaling
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,7 @@ def load_model(
     load where it can run; with dtype "auto" the measured plan decides instead.
     With dtype "auto" on the CPU the plan is measured (app.engine.cpu.plan) for the drafter that
     will run ("none", "lookup", "draft")."""
+    require_cache_argument()  # before seconds of loading, not after
     path = Path(path)
     started = time.monotonic()
     report = progress or (lambda stage, fraction: None)
