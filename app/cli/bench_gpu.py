@@ -6,8 +6,10 @@ tiny ones of the same structure for CPU tests) are built directly on the device,
 1. the verify cost: one main-model forward over k+1 new tokens after the prompt, for
    k = 0..16, against k = 0 (a decode step). Speculation pays only if this ratio stays small;
 2. plain greedy decoding (no drafter), the baseline;
-3. the main model drafting for itself (acceptance 100% by construction, at fixed lengths 4 and
-   16): the loop's overhead and the verify cost under perfect acceptance;
+3. the main model drafting for itself (at fixed lengths 4 and 16): the loop's overhead and the
+   verify cost under perfect acceptance. Perfect in float32 only: in bf16 or f16 a GPU's products
+   over k+1 tokens round differently from one-token steps, and random weights' logits are so
+   nearly tied that tokens flip (an H200: 69% accepted in bf16, 100% and identical in float32);
 4. a separate 1B-shaped random draft and the main model's own first 2 layers (weights shared, no
    extra memory), both with acceptance near 0 on random weights: what a useless draft costs,
    with the adaptive schedule and with a fixed length 4.
@@ -256,6 +258,9 @@ def print_report(meta: dict, verify: list[VerifyRow], rows: list[GenRow]) -> Non
         accept = f"{100 * r.accept_rate:6.1f}%" if r.accept_rate is not None else f"{'-':>7}"
         print(f"{r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {r.speedup:>7.2f}x "
               f"{r.n_drafted:>7} {r.n_accepted:>8} {accept}  {'yes' if r.identical else 'NO'}")
+    if meta["dtype"] != "float32":
+        print(f"# same = plain decoding's tokens; in {meta['dtype']} a verify rounds differently from one-token "
+              "steps and random weights' near-ties flip tokens (float32: identical)")
 
 
 def cmd_bench_gpu(args: argparse.Namespace) -> int:
