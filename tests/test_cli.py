@@ -370,6 +370,26 @@ def test_calibrate_llama_cpp_times_llama_cpps_steps_as_ours(specula, tiny_paths,
                         r"bf16-int4 [\d.]+x, llama\.cpp [\d.]+x", line), line
 
 
+def test_bench_without_llama_cpps_rows_when_it_cannot_load_the_file(specula, tiny_paths, monkeypatch):
+    """llama-cpp-python raises ValueError("Failed to load model from file: ...") for a file its
+    llama.cpp cannot run (an architecture newer than it, say): our rows still come, with one line."""
+    from app.cli import bench_llamacpp
+
+    class RefusingPeer:
+        def __init__(self, path, **_settings):
+            raise ValueError(f"Failed to load model from file: {path}")
+
+    monkeypatch.setattr(bench_llamacpp, "available", lambda: True)
+    monkeypatch.setattr(bench_llamacpp, "LlamaCppPeer", RefusingPeer)
+    tiny = tiny_paths["llama-f32"]
+    code, out, err = specula("bench", "-m", str(tiny), "-n", "4", "--prompts", "chat", "--no-hf")
+    assert code == 0, err
+    assert one_line(err) == (f"specula: llama.cpp could not run {tiny.name} (Failed to load model from file: "
+                             f"{tiny}): its rows are left out")
+    configs = {line.split()[1] for line in out.splitlines() if line.startswith("chat ")}
+    assert configs == {"none", "lookup"}
+
+
 def test_version(specula):
     from app import __version__
 

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -204,10 +205,20 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     if args.no_llama_cpp or not bench_llamacpp.available():
         return None
     eos = main.tokenizer.eos_token_id
-    peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=torch.get_num_threads(),
-                                       lookup_tokens=args.draft_max, stop_ids={eos} if isinstance(eos, int) else set())
-    peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
+    try:
+        peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=torch.get_num_threads(), lookup_tokens=args.draft_max,
+                                           stop_ids={eos} if isinstance(eos, int) else set())
+        peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
+    except (ValueError, RuntimeError, OSError) as exc:  # llama-cpp-python's "Failed to load model"
+        # Our rows are still worth having: one line, and the table without llama.cpp's rows.
+        print(f"specula: llama.cpp could not run {main.path.name} ({_first_line(exc)}): its rows are left out",
+              file=sys.stderr, flush=True)
+        return None
     return peer
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
