@@ -3,7 +3,9 @@
 Two ThreadingHTTPServers share one state: the hub (API and /resolve) and a "CDN" on another port,
 as on the real hub, where /resolve answers an LFS file with a 302 to a CDN host: huggingface_hub then
 takes the file's metadata (X-Repo-Commit, X-Linked-Etag = SHA-256, X-Linked-Size) from the redirect
-itself and drops the token before going to the CDN.
+itself and drops the token before going to the CDN. The CDN is named `localhost`, the hub
+`127.0.0.1`: huggingface_hub before 2.4 follows a redirect to the same host name whatever the port,
+and would then read the CDN's answer, which carries no commit, instead of the redirect's.
 
 Served: GET /api/models (search, filter, sort, limit), GET /api/models/{repo}[/revision/{rev}]
 (model_info, `siblings` with sizes and LFS hashes when blobs=True), GET /api/models/{repo}/tree/{rev},
@@ -131,7 +133,7 @@ class FakeHub:
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self._servers.append(server)
         self.url = f"http://127.0.0.1:{self._servers[0].server_address[1]}"
-        self.cdn_url = f"http://127.0.0.1:{self._servers[1].server_address[1]}"
+        self.cdn_url = f"http://localhost:{self._servers[1].server_address[1]}"
         return self
 
     def stop(self) -> None:
