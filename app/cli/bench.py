@@ -206,7 +206,8 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
         return None
     eos = main.tokenizer.eos_token_id
     try:
-        peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=torch.get_num_threads(), lookup_tokens=args.draft_max,
+        peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=torch.get_num_threads(),
+                                           lookup_tokens=args.draft_max,
                                            stop_ids={eos} if isinstance(eos, int) else set())
         peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
     except (ValueError, RuntimeError, OSError) as exc:  # llama-cpp-python's "Failed to load model"
