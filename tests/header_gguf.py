@@ -46,7 +46,7 @@ def write_gguf(
     n_embd: int = 64,
     n_head: int = 4,
     n_head_kv: int | Sequence[int] | None = 2,
-    context_length: int = 128,
+    context_length: int | None = 128,  # None: not written (a test's `extra` writes its own)
     name: str | None = "Tiny Test",
     size_label: str | None = None,
     file_type: int | None = None,
@@ -64,7 +64,8 @@ def write_gguf(
         w.add_size_label(size_label)
     if file_type is not None:
         w.add_file_type(file_type)
-    w.add_context_length(context_length)
+    if context_length is not None:
+        w.add_context_length(context_length)
     w.add_block_count(n_layers)
     w.add_embedding_length(n_embd)
     w.add_head_count(n_head)

@@ -104,8 +104,8 @@ TYPED = {
                        dict(tokens=[], extra=lambda w: w.add_array("tokenizer.ggml.tokens", [1, 2, 3]))),
     "bos-string": ("tokenizer.ggml.bos_token_id",
                    dict(bos=None, extra=lambda w: w.add_string("tokenizer.ggml.bos_token_id", "1"))),
-    "context-negative": ("llama.context_length",  # replaces the writer's u32 with an i64
-                         dict(extra=lambda w: w.add_int64("llama.context_length", -5))),
+    "context-negative": ("llama.context_length",  # an i64 instead of the u32 (gguf 0.17 refuses a key twice)
+                         dict(context_length=None, extra=lambda w: w.add_int64("llama.context_length", -5))),
 }
 
 
