@@ -210,7 +210,7 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
                                            lookup_tokens=args.draft_max,
                                            stop_ids={eos} if isinstance(eos, int) else set())
         peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
-    except (ValueError, RuntimeError, OSError) as exc:  # llama-cpp-python's "Failed to load model"
+    except bench_llamacpp.LOAD_ERRORS as exc:
         # Our rows are still worth having: one line, and the table without llama.cpp's rows.
         print(f"specula: llama.cpp could not run {main.path.name} ({_first_line(exc)}): its rows are left out",
               file=sys.stderr, flush=True)

@@ -39,7 +39,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.llama_cpp:
         try:
             curves["llama.cpp"] = _llama_cpp_curve(info.path)
-        except (ValueError, RuntimeError, OSError) as exc:  # llama-cpp-python's "Failed to load model"
+        except bench_llamacpp.LOAD_ERRORS as exc:
             failed = f"specula: llama.cpp could not run {info.path.name}: {exc}"
     print(format_curves(curves))
     for drafter in cpu_plan.EXPECTED_ACCEPTANCE:
