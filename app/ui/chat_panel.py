@@ -25,14 +25,19 @@ from app.ui.empty_state import EmptyState
 
 
 class MessageBox(QPlainTextEdit):
-    """The message input: Ctrl+Enter sends (Enter is a new line, for code)."""
+    """The message input: Enter (or Ctrl+Enter) sends, Shift+Enter is a new line, as in every
+    chat app people know."""
 
     submitted = Signal()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
-            event.modifiers() & Qt.KeyboardModifier.ControlModifier
-        ):
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                # QPlainTextEdit would insert a line separator (U+2028) for Shift+Enter: a real
+                # newline is what the user means, and what a code block needs.
+                self.textCursor().insertText("\n")
+                self.ensureCursorVisible()
+                return
             self.submitted.emit()
             return
         super().keyPressEvent(event)
@@ -93,11 +98,11 @@ class ChatPanel(QWidget):
         self.edit_banner.hide()
 
         self.input = MessageBox()
-        self.input.setPlaceholderText("Message… (Ctrl+Enter sends, Esc stops)")
+        self.input.setPlaceholderText("Message… (Enter sends, Shift+Enter for a new line, Esc stops)")
         self.input.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
         self.input.submitted.connect(self._on_send)
         self.send_button = QPushButton("Send")
-        self.send_button.setToolTip("Send the message (Ctrl+Enter)")
+        self.send_button.setToolTip("Send the message (Enter; Shift+Enter starts a new line)")
         self.send_button.clicked.connect(self._on_send)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Stop the reply (Esc); what was written so far is kept")
