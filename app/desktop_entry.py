@@ -305,6 +305,9 @@ def _remove(manifest: Manifest, prefix: Path) -> list[Path]:
             cache.unlink()
     _refresh_caches(prefix, only_existing=True)
     for folder in reversed(manifest.dirs):
+        if not _inside(folder, prefix):  # a hand-edited manifest line is not ours to act on
+            log.warning("not removing %s: outside %s", folder, prefix)
+            continue
         try:
             folder.rmdir()  # only when empty: anything the user put there stays
         except OSError:
@@ -358,7 +361,12 @@ def _write_atomic(target: Path, data: bytes) -> None:
 
 
 def _inside(path: Path, prefix: Path) -> bool:
-    return Path(os.path.abspath(path)).is_relative_to(prefix)
+    """Whether path lies under prefix once links are followed: a folder on the way that links
+    elsewhere (`<prefix>/x -> /outside`) must not let a manifest line reach outside. The last
+    part is not followed, so a link inside the prefix is itself still inside."""
+    path = Path(os.path.abspath(path))
+    real_parent = Path(os.path.realpath(path.parent))
+    return (real_parent / path.name).is_relative_to(os.path.realpath(prefix))
 
 
 def _sha256(path: Path) -> str:

@@ -334,3 +334,22 @@ def test_a_launcher_or_folder_that_is_not_utf8_is_one_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "not valid UTF-8" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not os.path.exists(bad_prefix)
+
+
+@pytest.mark.parametrize("how", ["outside", "through-a-link"])
+def test_uninstall_removes_no_folder_outside_the_prefix(tmp_path, how):
+    """A manifest `dir` line naming an (empty) folder outside the prefix, directly or through a
+    linked folder inside it, leaves that folder alone, as `file` lines already were."""
+    prefix = tmp_path / "share"
+    desktop_entry.install(prefix)
+    outside = tmp_path / "outside"
+    (outside / "empty").mkdir(parents=True)
+    if how == "outside":
+        line = f"dir {outside / 'empty'}"
+    else:
+        (prefix / "applications" / "link").symlink_to(outside)
+        line = f"dir {prefix / 'applications' / 'link' / 'empty'}"
+    manifest = desktop_entry.manifest_path(prefix)
+    manifest.write_text(manifest.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    desktop_entry.uninstall(prefix)
+    assert (outside / "empty").is_dir()
