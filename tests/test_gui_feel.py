@@ -7,9 +7,12 @@ Set SPECULA_SHOTS=/some/folder to save screenshots of the states these tests rea
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox, QScrollBar, QWidget
 
 from app.ui.chat_panel import ChatPanel
+from tests.test_gui import data_dir, open_window, shot  # noqa: F401 (data_dir is a fixture)
 
 
 # --- Enter sends, Shift+Enter is a new line ---------------------------------------------------
@@ -42,3 +45,49 @@ def test_enter_on_an_empty_box_sends_nothing(qtbot):
     panel.sendRequested.connect(sent.append)
     qtbot.keyClick(panel.input, Qt.Key.Key_Return)
     assert sent == [] and panel.input.toPlainText() == ""
+
+
+# --- the wheel scrolls panels, never a setting it passes over ---------------------------------
+
+def _value(widget: QWidget):
+    return widget.currentIndex() if isinstance(widget, QComboBox) else widget.value()
+
+
+def _wheel(widget: QWidget, steps: int = -1) -> None:
+    """Turn the wheel over the middle of `widget` (steps < 0: towards the user)."""
+    centre = QPointF(widget.rect().center())
+    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(QPoint(int(centre.x()), int(centre.y())))),
+                        QPoint(0, 0), QPoint(0, 120 * steps), Qt.MouseButton.NoButton,
+                        Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, event)
+
+
+def _settings_controls(root: QWidget) -> list[QWidget]:
+    kinds = (QAbstractSpinBox, QAbstractSlider, QComboBox)
+    return [w for w in root.findChildren(QWidget)
+            if isinstance(w, kinds) and not isinstance(w, QScrollBar) and w.isEnabled()]
+
+
+def test_the_wheel_changes_no_setting_it_only_passes_over(qtbot, data_dir):
+    window = open_window(qtbot)
+    window.open_compare()
+    controls = _settings_controls(window)
+    assert len(controls) >= 10, [type(w).__name__ for w in controls]
+    window.panel.input.setFocus()
+    for widget in controls:
+        before = _value(widget)
+        _wheel(widget, -1)
+        _wheel(widget, +1)
+        _wheel(widget, -1)
+        assert _value(widget) == before, f"the wheel changed an unfocused {type(widget).__name__} " \
+                                         f"{widget.objectName() or widget.toolTip()[:40]!r}"
+        assert widget.focusPolicy() == Qt.FocusPolicy.StrongFocus, "the wheel would give it focus"
+
+    # Once the user has clicked into it (focus), the wheel changes it as usual.
+    draft_max = window.gen_form.fields["draft_max"]
+    window.activateWindow()
+    draft_max.setFocus()
+    qtbot.waitUntil(draft_max.hasFocus)
+    before = draft_max.value()
+    _wheel(draft_max, -1)
+    assert draft_max.value() == before - draft_max.singleStep()

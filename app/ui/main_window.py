@@ -41,6 +41,7 @@ from app.ui.gen_form import GenSettingsForm
 from app.ui.library_panel import LibraryPanel
 from app.ui.pair_picker import PairPicker
 from app.ui.serve_panel import ServePanel
+from app.ui.wheel_guard import guard_wheel
 from app.ui.paths import history_path, open_settings
 from app.worker.host import HostThread
 from app.worker.serving import ServerControl
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         self.host.probe_devices()
         self.library.rescan()
         self.panel.input.setFocus()
+        guard_wheel(self)  # the wheel scrolls the panels, never a setting it passes over
 
     # --- construction -------------------------------------------------------------------------
 
@@ -325,6 +327,7 @@ class MainWindow(QMainWindow):
             self.compare_window = CompareWindow(self.library.entries(), self)
             self.library.entriesChanged.connect(self.compare_window.set_entries)
             self.compare_window.useInChat.connect(self.use_compare_choice)
+            guard_wheel(self.compare_window)
         self.compare_window.select_main(self.loaded_main_path() or self.picker.main_path())
         self.compare_window.show()
         self.compare_window.raise_()
