@@ -76,3 +76,27 @@ def test_built_in_models_are_listed_first_with_their_headers():
     with pytest.raises(HubError):
         delete_local_model(builtin[0])
     assert builtin[0].path.exists()
+
+
+@pytest.mark.parametrize("linked", ["commit", "snapshots"])
+def test_delete_through_a_linked_cache_folder_touches_nothing_outside(tmp_path, linked):
+    """snapshots/<commit> (or snapshots/ itself) linked to a folder outside the cache: deleting
+    the model refuses in one line and the outside file stays (hub's deletion stays in the repo)."""
+    outside = tmp_path / "outside"
+    (outside / "c0ffee").mkdir(parents=True)
+    for folder in (outside, outside / "c0ffee"):
+        (folder / "m.gguf").write_bytes(b"precious")
+    repo = tmp_path / "hub" / "models--someone--model"
+    repo.mkdir(parents=True)
+    if linked == "snapshots":
+        (repo / "snapshots").symlink_to(outside)
+    else:
+        (repo / "snapshots").mkdir()
+        (repo / "snapshots" / "c0ffee").symlink_to(outside)
+    model = LocalModel(path=repo / "snapshots" / "c0ffee" / "m.gguf", source="hf-cache", name="someone/model/m.gguf", repo_id="someone/model",
+                       size_bytes=8, info=None, error=None)
+    with pytest.raises(HubError, match="outside the cache folder") as exc:
+        delete_local_model(model)
+    assert "\n" not in str(exc.value)
+    assert (outside / "m.gguf").read_bytes() == b"precious"
+    assert (outside / "c0ffee" / "m.gguf").read_bytes() == b"precious"

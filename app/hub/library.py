@@ -190,6 +190,9 @@ def delete_local_model(model: LocalModel) -> int:
         raise HubError(f"{model.name} is a built-in model and cannot be deleted "
                        f"(uninstall its package instead)")
     parts = model.parts or (model.path,)
+    if model.source == "hf-cache":
+        for part in parts:  # all first: a model half deleted and then refused helps nobody
+            _refuse_outside_cache(part)
     freed = 0
     try:
         for part in parts:
@@ -199,6 +202,21 @@ def delete_local_model(model: LocalModel) -> int:
     _INFO_CACHE.clear()
     log.info("deleted %s (%d bytes freed)", model.name, freed)
     return freed
+
+
+def _refuse_outside_cache(pointer: Path) -> None:
+    """Refuse a cache entry that, once links are followed, lies outside its repo's own
+    snapshots/ folder: a snapshots/ or snapshots/<commit> that links elsewhere would otherwise
+    make the delete remove a file there. The entry itself may be a link (to its blob); the
+    folders above it may not lead out. huggingface_hub's own deletion likewise acts only on
+    the paths its scan found inside the repo folder."""
+    snapshots = next((p for p in pointer.parents if p.name == "snapshots"), None)
+    if snapshots is None:
+        return  # a --dir download or a plain file: deleted where it is
+    root = Path(os.path.realpath(snapshots.parent)) / "snapshots"
+    where = Path(os.path.realpath(pointer.parent)) / pointer.name
+    if Path(os.path.realpath(snapshots)) != root or not where.is_relative_to(root):
+        raise HubError(f"not deleting {pointer}: it leads to {where}, outside the cache folder {root}")
 
 
 def _delete_file(path: Path) -> int:
