@@ -83,32 +83,38 @@ class NgramCache:
 
     def learn(self, tokens: Sequence[int], start: int = 0) -> None:
         """Count every n-gram of `tokens` whose follower is at index `start` or later."""
-        ids = list(tokens)
         with self._lock:
-            for i in range(max(start, N_MIN), len(ids)):
-                follower = ids[i]
-                for n in range(N_MIN, min(N_MAX, i) + 1):
-                    self._add(tuple(ids[i - n : i]), follower)
-            while len(self._table) > self.max_keys:
-                self._table.popitem(last=False)
-            self.dirty = self.dirty or len(ids) > start
+            self._learn_locked(list(tokens), start)
 
     def learn_new(self, context: Sequence[int]) -> None:
         """Learn a finished generation's context. A chat's next prompt repeats the conversation
         so far: only n-grams followed by a token past the prefix shared with the context learned
         last are counted, or earlier turns would be counted once per turn."""
         ids = list(context)
-        shared = 0
-        for a, b in zip(self._last, ids):
-            if a != b:
-                break
-            shared += 1
-        self.learn(ids, start=shared)
-        self._last = ids
+        with self._lock:  # `_last` too: the window and its server may finish at once
+            shared = 0
+            for a, b in zip(self._last, ids):
+                if a != b:
+                    break
+                shared += 1
+            self._learn_locked(ids, shared)
+            self._last = ids
+
+    def _learn_locked(self, ids: list[int], start: int) -> None:
+        for i in range(max(start, N_MIN), len(ids)):
+            follower = ids[i]
+            for n in range(N_MIN, min(N_MAX, i) + 1):
+                self._add(tuple(ids[i - n : i]), follower)
+        while len(self._table) > self.max_keys:
+            self._table.popitem(last=False)
+        self.dirty = self.dirty or len(ids) > start
 
     def _add(self, key: tuple[int, ...], follower: int) -> None:
-        entry = self._table.pop(key, None) or [0]
-        self._table[key] = entry  # (re)inserted last: the most recently learned
+        # Build then publish: `predict` reads without the lock (a draft must not wait for a
+        # long prompt being learned), so an entry in the table is never changed in place; a
+        # new list replaces it whole, and a reader holds the old one or the new one.
+        old = self._table.pop(key, None)
+        entry = list(old) if old else [0]
         entry[0] += 1
         for j in range(1, len(entry), 2):
             if entry[j] == follower:
@@ -121,12 +127,14 @@ class NgramCache:
         _sort_followers(entry)
         if entry[0] > COUNT_CAP:
             entry[:] = [max(1, v // 2) if j % 2 == 0 else v for j, v in enumerate(entry)]
+        self._table[key] = entry  # (re)inserted last: the most recently learned
 
     # --- drafting ---------------------------------------------------------------------------
 
     def predict(self, tail: Sequence[int]) -> tuple[int, int] | None:
         """(matched n, next token) for the longest n-gram ending `tail` whose top follower is
-        trusted: at least half of what followed it, and seen twice for the shortest n-grams."""
+        trusted: at least half of what followed it, and seen twice for the shortest n-grams.
+        Safe beside a learner without the lock: entries are published whole (see `_add`)."""
         for n in range(min(N_MAX, len(tail)), N_MIN - 1, -1):
             entry = self._table.get(tuple(tail[-n:]))
             if entry is None:
