@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -57,6 +57,19 @@ CREATE TABLE IF NOT EXISTS messages (
     created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_chat ON messages (chat_id, id);
+-- Regenerate keeps a reply's earlier versions: the message row holds the version shown (the one
+-- the next turn's context uses), this table the others. Added beside schema 1: an older Specula
+-- ignores it, and deleting a message deletes its versions with it.
+CREATE TABLE IF NOT EXISTS reply_versions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    content TEXT NOT NULL DEFAULT '',
+    draft_spans TEXT NOT NULL DEFAULT '[]',
+    stats TEXT,
+    complete INTEGER NOT NULL DEFAULT 1,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reply_versions_by_message ON reply_versions (message_id, created);
 """
 
 
@@ -83,6 +96,8 @@ class MessageRow:
     stats: dict | None  # RunSummary.to_dict()-like numbers for the stats line
     complete: bool  # False while streaming, and after a crash mid-reply
     created: float
+    version: int = 1  # which of the reply's versions this is (1 = the oldest), see regenerate
+    n_versions: int = 1
 
 
 def title_from(text: str) -> str:
@@ -134,6 +149,7 @@ _BAD_VALUE = (ValueError, TypeError, OverflowError, RecursionError)
 _COLUMNS = {
     "chats": {"id", "title", "created", "updated", "system_prompt", "settings"},
     "messages": {"id", "chat_id", "role", "content", "draft_spans", "stats", "complete", "created"},
+    "reply_versions": {"id", "message_id", "content", "draft_spans", "stats", "complete", "created"},
 }
 
 
@@ -381,7 +397,8 @@ class HistoryStore:
             " FROM messages WHERE chat_id = ? ORDER BY id",
             (chat_id,),
         )
-        return [message for row in rows if (message := self._message(row)) is not None]
+        messages = [message for row in rows if (message := self._message(row)) is not None]
+        return self._with_versions(chat_id, messages)
 
     def _message(self, row: tuple) -> MessageRow | None:
         """A row as MessageRow: unreadable spans or stats are dropped (the text is what matters);
@@ -454,6 +471,82 @@ class HistoryStore:
             {"chat": chat_id, "message": message_id},
         )])
 
+    # -- reply versions (regenerate keeps the earlier ones) -------------------------------
+
+    def new_version(self, chat_id: int, message_id: int) -> None:
+        """Start a new version of a reply: the shown one is kept among its versions, the row is
+        emptied (incomplete) for the new one to stream into, and every later message of the chat
+        is deleted, as the new reply replaces the conversation from there."""
+        rows = self._read("SELECT role FROM messages WHERE id = ? AND chat_id = ?", (message_id, chat_id))
+        if not rows or rows[0][0] != "assistant":
+            raise HistoryError(f"there is no reply {message_id} in chat {chat_id}")
+        now = time.time()
+        self._write([
+            (_ARCHIVE_SHOWN, {"message": message_id}),
+            ("DELETE FROM messages WHERE chat_id = ? AND id > ?", (chat_id, message_id)),
+            ("UPDATE messages SET content = '', draft_spans = '[]', stats = NULL, complete = 0, created = ?"
+             " WHERE id = ?", (now, message_id)),
+            ("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id)),
+        ])
+
+    def show_version(self, message_id: int, version: int) -> bool:
+        """Show the reply's `version` (1 = the oldest); False when it has no such version."""
+        order = self._version_order(message_id)
+        if not 1 <= version <= len(order):
+            return False
+        chosen = order[version - 1]
+        if chosen is not None:  # None: the shown one
+            self._swap_in(message_id, chosen)
+        return True
+
+    def discard_version(self, chat_id: int, message_id: int) -> None:
+        """A new version that wrote nothing (it failed at once): show the newest earlier version
+        again, or, for a reply without one, delete it as if it had never started."""
+        order = [v for v in self._version_order(message_id) if v is not None]
+        if not order:
+            self.delete_from(chat_id, message_id)
+            return
+        self._swap_in(message_id, order[-1], keep_shown=False)
+
+    def _swap_in(self, message_id: int, version_id: int, keep_shown: bool = True) -> None:
+        """The row shows that stored version; the one it showed is stored in its place (or
+        dropped, when not `keep_shown`)."""
+        keep = [(_ARCHIVE_SHOWN, {"message": message_id})] if keep_shown else []
+        self._write([
+            *keep,
+            ("UPDATE messages SET (content, draft_spans, stats, complete, created) ="
+             " (SELECT content, draft_spans, stats, complete, created FROM reply_versions WHERE id = :v)"
+             " WHERE id = :message AND EXISTS (SELECT 1 FROM reply_versions WHERE id = :v AND message_id = :message)",
+             {"v": version_id, "message": message_id}),
+            ("DELETE FROM reply_versions WHERE id = ? AND message_id = ?", (version_id, message_id)),
+        ])
+
+    def _version_order(self, message_id: int) -> list[int | None]:
+        """The reply's versions oldest first: stored ones by their id, the shown one as None."""
+        shown = self._read("SELECT created FROM messages WHERE id = ?", (message_id,))
+        if not shown:
+            return []
+        stored = self._read("SELECT id, created FROM reply_versions WHERE message_id = ?", (message_id,))
+        return _oldest_first(shown[0][0], stored)
+
+    def _with_versions(self, chat_id: int, messages: list[MessageRow]) -> list[MessageRow]:
+        """Each reply's place among its versions (one query for the whole chat)."""
+        stored = self._read(
+            "SELECT v.message_id, v.id, v.created FROM reply_versions v"
+            " JOIN messages m ON m.id = v.message_id WHERE m.chat_id = ?",
+            (chat_id,),
+        )
+        by_message: dict[int, list[tuple[int, Any]]] = {}
+        for message_id, version_id, created in stored:
+            by_message.setdefault(message_id, []).append((version_id, created))
+        out = []
+        for message in messages:
+            if message.id in by_message:
+                order = _oldest_first(message.created, by_message[message.id])
+                message = replace(message, version=order.index(None) + 1, n_versions=len(order))
+            out.append(message)
+        return out
+
     def close(self) -> None:
         with self._lock:
             try:
@@ -475,3 +568,17 @@ _CHAT_ROWS = (
     " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id) FROM chats c"
 )
 _NEWEST_FIRST = " ORDER BY c.updated DESC, c.id DESC"
+
+
+def _oldest_first(shown_created: Any, stored: Sequence[tuple[int, Any]]) -> list[int | None]:
+    """Version ids oldest first, the shown version as None (on a tie it counts as the older)."""
+    keyed = [(_number(created), version_id, version_id) for version_id, created in stored]
+    keyed.append((_number(shown_created), 0, None))
+    return [version for *_, version in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+# Keep the version a reply shows among its stored versions.
+_ARCHIVE_SHOWN = (
+    "INSERT INTO reply_versions (message_id, content, draft_spans, stats, complete, created)"
+    " SELECT id, content, draft_spans, stats, complete, created FROM messages WHERE id = :message"
+)

@@ -225,13 +225,13 @@ def test_regenerate_and_edit_and_resend(qtbot, data_dir, tiny_paths):
     chat_id = window.controller.chat_id
     first_user, first_reply, second_user, second_reply = window.store.messages(chat_id)
 
-    # Regenerate the last reply through its link: same conversation, a new reply row.
+    # Regenerate the last reply through its link: same conversation, a new version of that reply.
     window.gen_form.set_settings(GenSettings(temperature=0.9, max_tokens=24, seed=2))
     with qtbot.waitSignal(window.controller.replyFinished, timeout=WAIT_MS):
         window.panel.view.anchorClicked.emit(QUrl(f"action:regenerate:{second_reply.id}"))
     rows = window.store.messages(chat_id)
     assert [m.role for m in rows] == ["user", "assistant", "user", "assistant"]
-    assert rows[3].id != second_reply.id and rows[:3] == [first_user, first_reply, second_user]
+    assert (rows[3].id, rows[3].n_versions) == (second_reply.id, 2) and rows[:3] == [first_user, first_reply, second_user]
 
     # Edit the first question and resend: everything after it is replaced.
     window.panel.view.anchorClicked.emit(QUrl(f"action:edit:{first_user.id}"))

@@ -91,3 +91,50 @@ def test_the_wheel_changes_no_setting_it_only_passes_over(qtbot, data_dir):
     before = draft_max.value()
     _wheel(draft_max, -1)
     assert draft_max.value() == before - draft_max.singleStep()
+
+
+# --- Regenerate keeps earlier versions ----------------------------------------------------------
+
+def test_regenerate_keeps_earlier_versions_to_switch_between(qtbot, data_dir, tiny_paths):
+    from PySide6.QtCore import QUrl
+
+    from tests.test_gui import WAIT_MS, add_models, load_pair, reopen_store, send, visible_text
+    from app.worker.requests import LOOKUP, GenSettings
+
+    window = open_window(qtbot)
+    add_models(qtbot, window, [tiny_paths["llama-f32"]])
+    load_pair(qtbot, window, tiny_paths["llama-f32"], LOOKUP)
+    send(qtbot, window, "Tell me a story", GenSettings(temperature=0.9, max_tokens=24, seed=1))
+    chat_id = window.controller.chat_id
+    question, first = window.store.messages(chat_id)
+
+    texts = [first.content]
+    for seed in (2, 3):
+        window.gen_form.set_settings(GenSettings(temperature=0.9, max_tokens=24, seed=seed))
+        with qtbot.waitSignal(window.controller.replyFinished, timeout=WAIT_MS):
+            qtbot.mouseClick(window.panel.regenerate_button, Qt.MouseButton.LeftButton)
+        texts.append(window.store.messages(chat_id)[-1].content)
+    assert len(set(texts)) == 3, "the seeds must give three different replies for this test to tell them apart"
+    rows = window.store.messages(chat_id)
+    assert [m.role for m in rows] == ["user", "assistant"], "a version is not a new message"
+    assert (rows[1].id, rows[1].version, rows[1].n_versions, rows[1].content) == (first.id, 3, 3, texts[2])
+    assert "‹ 3/3 ›" in visible_text(window)
+    shot(window, "14-reply-versions")
+
+    # The arrows switch between the versions; the one shown is what the next turn builds on.
+    window.panel.view.anchorClicked.emit(QUrl(f"action:older:{first.id}"))
+    window.panel.view.anchorClicked.emit(QUrl(f"action:older:{first.id}"))
+    assert "‹ 1/3 ›" in visible_text(window) and texts[0] in visible_text(window)
+    assert texts[2] not in visible_text(window)
+    window.panel.view.anchorClicked.emit(QUrl(f"action:older:{first.id}"))  # nothing older: stays
+    window.panel.view.anchorClicked.emit(QUrl(f"action:newer:{first.id}"))
+    assert window.store.messages(chat_id)[1].content == texts[1]
+    assert window.controller._history() == [("user", "Tell me a story"), ("assistant", texts[1])]
+    shot(window, "14-reply-version-2")
+
+    # Kept in the history: a restart shows the same version and still has all three.
+    window.close()
+    with reopen_store(data_dir) as store:
+        reply = store.messages(chat_id)[1]
+        assert (reply.content, reply.version, reply.n_versions) == (texts[1], 2, 3)
+        assert [store.show_version(reply.id, n) and store.messages(chat_id)[1].content for n in (1, 2, 3)] == texts

@@ -156,7 +156,8 @@ class ChatController(QObject):
         return True
 
     def regenerate(self, message_id: int | None) -> None:
-        """Replace an assistant reply (the last one when None) and everything after it."""
+        """A new version of an assistant reply (the last one when None), replacing everything
+        after it; its earlier versions are kept, to switch back to (show_version)."""
         if self.busy:
             self.message.emit("a reply is being generated: wait for it or stop it (Esc)")
             return
@@ -176,9 +177,27 @@ class ChatController(QObject):
         if not users:
             return
         user = before[users[-1]]
-        self.store.delete_from(self.chat_id, target.id)
+        try:
+            self.store.new_version(self.chat_id, target.id)
+        except HistoryError as exc:
+            self.message.emit(str(exc))
+            return
         history = [(m.role, m.content) for m in before[:users[-1]] if m.role in ("user", "assistant")]
-        self._start(history, user.content)
+        self._start(history, user.content, reply_id=target.id)
+
+    def show_version(self, message_id: int, step: int) -> None:
+        """Show the reply's previous (step -1) or next (+1) version; the next turn's context is
+        the versions shown."""
+        if self.busy or self.chat_id is None:
+            return
+        row = next((m for m in self.store.messages(self.chat_id) if m.id == message_id), None)
+        if row is None or row.n_versions < 2:
+            return
+        try:
+            self.store.show_version(message_id, min(max(row.version + step, 1), row.n_versions))
+        except HistoryError as exc:
+            self.message.emit(str(exc))
+        self._render()
 
     def edit(self, message_id: int) -> None:
         row = next((m for m in self.store.messages(self.chat_id) if m.id == message_id), None) if self.chat_id else None
@@ -201,9 +220,11 @@ class ChatController(QObject):
     def _history(self) -> list[tuple[str, str]]:
         return [(m.role, m.content) for m in self.store.messages(self.chat_id) if m.role in ("user", "assistant")]
 
-    def _start(self, history: list[tuple[str, str]], user_text: str) -> None:
+    def _start(self, history: list[tuple[str, str]], user_text: str, reply_id: int | None = None) -> None:
+        """Generate a reply into a new row, or into `reply_id` (a new version made ready for it)."""
         settings = self._gen_settings()
-        message_id = self.store.add_message(self.chat_id, "assistant", "", complete=False)
+        message_id = reply_id if reply_id is not None else self.store.add_message(
+            self.chat_id, "assistant", "", complete=False)
         self.stream = StreamingReply(self.chat_id, message_id)
         self.panel.set_generating(True)
         self._render()
@@ -247,7 +268,8 @@ class ChatController(QObject):
             stats = {"stop_reason": "error", "error": error}
         try:
             if not stream.text and error:
-                self.store.delete_from(stream.chat_id, stream.message_id)  # nothing was written
+                # nothing was written: a new version gives way to the earlier one, a new reply goes
+                self.store.discard_version(stream.chat_id, stream.message_id)
             else:
                 self.store.update_message(stream.message_id, stream.text, draft_spans=stream.spans,
                                           stats=stats, complete=True)
@@ -308,6 +330,8 @@ class ChatController(QObject):
             self.edit(message_id)
         elif action == "regenerate":
             self.regenerate(message_id)
+        elif action in ("older", "newer"):
+            self.show_version(message_id, -1 if action == "older" else 1)
 
 
 def _reference_key(main_path: str) -> str:

@@ -78,7 +78,8 @@ class ChatPanel(QWidget):
         swatch.setFixedSize(14, 14)
         swatch.setStyleSheet(f"background: {self.view.theme.draft.name()}; border: 1px solid {self.view.theme.border.name()}")
         self.regenerate_button = QPushButton("Regenerate")
-        self.regenerate_button.setToolTip("Replace the last reply with a new one")
+        self.regenerate_button.setToolTip("Write a new version of the last reply; the earlier versions "
+                                          "are kept (switch with ‹ › above the reply)")
         self.regenerate_button.clicked.connect(self.regenerateRequested)
         tools = QHBoxLayout()
         tools.addWidget(swatch)

@@ -125,10 +125,24 @@ class ConversationView(QTextBrowser):
         style = f"style='color:{self.theme.muted}'"  # the palette's link blue is unreadable on dark
         if actions and message.role == "user":
             links.append(f"<a {style} href='action:edit:{message.id}'>edit &amp; resend</a>")
+        versions = ""
+        if message.role == "assistant" and getattr(message, "n_versions", 1) > 1:
+            versions = "&nbsp;&nbsp;" + self._versions_html(message, actions, style)
         if actions and message.role == "assistant":
             links.append(f"<a {style} href='action:regenerate:{message.id}'>regenerate</a>")
         tail = "&nbsp;&nbsp;" + "&nbsp;&nbsp;".join(links) if links else ""
-        return f"<b style='color:{colour}'>{title}</b><span style='font-size:small'>{tail}</span>"
+        return f"<b style='color:{colour}'>{title}</b>{versions}<span style='font-size:small'>{tail}</span>"
+
+    def _versions_html(self, message: Any, actions: bool, style: str) -> str:
+        """"‹ 2/3 ›": which version of a regenerated reply is shown, arrows to the others (as in
+        LM Studio and ChatGPT); the arrows are plain text at either end and while streaming."""
+        version, count = message.version, message.n_versions
+        link = f"style='color:{self.theme.assistant_title}; text-decoration:none; font-weight:bold'"
+        older = f"<a {link} href='action:older:{message.id}'>&nbsp;&#8249;&nbsp;</a>" \
+            if actions and version > 1 else "&nbsp;&#8249;&nbsp;"
+        newer = f"<a {link} href='action:newer:{message.id}'>&nbsp;&#8250;&nbsp;</a>" \
+            if actions and version < count else "&nbsp;&#8250;&nbsp;"
+        return f"<span style='color:{self.theme.muted}'>{older}{version}/{count}{newer}</span>"
 
     # --- streaming --------------------------------------------------------------------------
 
