@@ -138,3 +138,50 @@ def test_regenerate_keeps_earlier_versions_to_switch_between(qtbot, data_dir, ti
         reply = store.messages(chat_id)[1]
         assert (reply.content, reply.version, reply.n_versions) == (texts[1], 2, 3)
         assert [store.show_version(reply.id, n) and store.messages(chat_id)[1].content for n in (1, 2, 3)] == texts
+
+
+# --- the local server: any model name, and it stays on ----------------------------------------
+
+def test_the_server_takes_any_model_name_and_stays_on_across_loads_and_restarts(qtbot, data_dir, tiny_paths):
+    from tests.test_gui import WAIT_MS, add_models, load_pair
+    from tests.test_gui_serve import free_port, post
+    from app.worker.requests import LOOKUP, NONE
+
+    main, other = tiny_paths["llama-f32"], tiny_paths["qwen2-f32"]
+    window = open_window(qtbot)
+    add_models(qtbot, window, [main, other])
+    load_pair(qtbot, window, main, LOOKUP)
+    port = free_port()
+    window.serve_panel.port.setValue(port)
+    with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
+        window.serve_panel.toggle.setChecked(True)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    hello = [{"role": "user", "content": "hi"}]
+    for name in ("gpt-4o", main.name, "anything/at-all:latest"):
+        reply = post(url, {"model": name, "messages": hello, "max_tokens": 2})
+        assert reply["model"] == main.stem and reply["choices"][0]["message"]["content"] is not None, name
+
+    # Loading another model stops the server that served the old one, and serves the new one.
+    with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
+        load_pair(qtbot, window, other, NONE)
+    assert window.serve_panel.toggle.isChecked() and "Serving at" in window.serve_panel.status.text()
+    assert post(url, {"model": "gpt-4o", "messages": hello, "max_tokens": 2})["model"] == other.stem
+    shot(window.serve_panel, "15-server-on")
+    window.close()
+
+    # A restart remembers it was on: it starts with the first model loaded, on the same port.
+    window = open_window(qtbot)
+    assert "starts with it" in window.serve_panel.status.text()
+    with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
+        load_pair(qtbot, window, main, LOOKUP)
+    assert window.serve_panel.port.value() == port
+    assert post(url, {"model": "x", "messages": hello, "max_tokens": 2})["model"] == main.stem
+    with qtbot.waitSignal(window.server.stopped, timeout=WAIT_MS):
+        window.serve_panel.toggle.setChecked(False)
+    window.close()
+
+    # Turned off, it stays off.
+    window = open_window(qtbot)
+    load_pair(qtbot, window, main, LOOKUP)
+    qtbot.wait(300)
+    assert not window.serve_panel.toggle.isChecked() and not window.server.running and not window.server.busy

@@ -83,7 +83,7 @@ def test_a_busy_port_is_a_message_not_a_crash(qtbot, data_dir, tiny_paths):
     assert "Could not start" in window.serve_panel.status.text()
 
 
-def test_loading_another_pair_stops_the_server(qtbot, data_dir, tiny_paths):
+def test_loading_another_pair_stops_the_server_and_serves_the_new_one(qtbot, data_dir, tiny_paths):
     window = open_window(qtbot)
     add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["qwen2-f32"]])
     load_pair(qtbot, window, tiny_paths["llama-f32"])
@@ -91,8 +91,8 @@ def test_loading_another_pair_stops_the_server(qtbot, data_dir, tiny_paths):
     window.serve_panel.port.setValue(port)
     with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
         window.serve_panel.toggle.setChecked(True)
-    with qtbot.waitSignal(window.server.stopped, timeout=WAIT_MS):
+    with qtbot.waitSignals([window.server.stopped, window.server.started], timeout=WAIT_MS):
         load_pair(qtbot, window, tiny_paths["qwen2-f32"])  # the served pair is being replaced
-    assert not window.serve_panel.toggle.isChecked() and window.serve_panel.toggle.isEnabled()
-    with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+    assert window.serve_panel.toggle.isChecked() and window.serve_panel.toggle.isEnabled()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as response:
+        assert json.loads(response.read())["data"][0]["id"] == tiny_paths["qwen2-f32"].stem

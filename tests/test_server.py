@@ -275,10 +275,19 @@ def test_body_too_large_is_refused_while_reading(server):
     assert raw(server, "GET", "/health")[0] == 200
 
 
-def test_unknown_model_path_and_method(server):
+def test_any_model_name_is_the_served_model(server):
+    """One model is served: a request naming another (a client set up for "gpt-4o") or the file
+    gets it, as from llama-server and LM Studio; the reply names the model that answered."""
     hello = [{"role": "user", "content": "hi"}]
-    assert_error(post(server, "/v1/chat/completions", {"model": "gpt-4o", "messages": hello}), 404,
-                 "model_not_found", "model")
+    served = raw(server, "GET", "/v1/models")[2]["data"][0]
+    for name in ("gpt-4o", served["meta"]["file"], served["id"]):
+        status, _, body = post(server, "/v1/chat/completions", {"model": name, "messages": hello, "max_tokens": 2})
+        assert status == 200 and body["model"] == served["id"], (name, body)
+    assert raw(server, "GET", f"/v1/models/{served['meta']['file']}")[0] == 200
+
+
+def test_unknown_model_path_and_method(server):
+    assert_error(raw(server, "GET", "/v1/models/gpt-4o"), 404, "model_not_found", "model")
     assert_error(raw(server, "GET", "/v1/nothing-here"), 404, "not_found")
     assert_error(raw(server, "GET", "/v1/chat/completions"), 405, "method_not_allowed")
     # RFC 9110: a 405 says which methods the resource allows.

@@ -8,6 +8,8 @@ of endpoints does not need; the request checks are plain Python in params.py wit
 
 Endpoints: GET /health (no key needed), GET /v1/models[/{id}], POST /v1/chat/completions,
 POST /v1/completions (also without the /v1 prefix, as llama-server), GET /metrics (Prometheus).
+The completions serve the one model whatever `model` a request names; GET /v1/models/{id} knows
+it by its id, its file's name and stem and the aliases it was given.
 
 What a request must pass, in order (AccessGuard, then the handler), is the server's policy, so
 `specula serve` and the window's server both get it: a web page's Origin (origin.py), the Host
@@ -131,7 +133,9 @@ class Api:
         require_json(request.headers)
         body = await read_body(request, self.config.max_body_bytes, self.config.body_timeout_s)
         wanted = parse(parse_json(body))
-        self.served.check_model(wanted.model)
+        # One model is served, so any `model` a client names means it (a client configured for
+        # "gpt-4o", or naming the file): as llama-server and LM Studio do with one model loaded.
+        # Replies name the model that answered.
         self.worker.check_room()  # a full queue answers 503 at once, without tokenizing the prompt
         # Tokenizing a long prompt takes a while: off the event loop.
         ids, format_stops = await run_in_threadpool(self.served.prompt_ids, wanted)

@@ -19,7 +19,7 @@ import jinja2
 from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.drafters import Drafter, NoDrafter
 from app.engine.events import GenerationEvent
-from app.engine.kvmodel import KVModel
+from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
 from app.engine.speculative import CancelCheck, DecodeSettings, generate
 from app.server.errors import ApiError, bad_field, context_exceeded
@@ -42,7 +42,7 @@ class ServedModel:
     drafter_name: str
     defaults: DecodeSettings  # sampling and drafting from the command line; max_new_tokens unused
     default_max_tokens: int | None = None  # when a request sets none; None: up to the context
-    names: frozenset[str] = frozenset()  # other names accepted as `model` in requests
+    names: frozenset[str] = frozenset()  # the names GET /v1/models/{id} knows it by (requests take any)
     _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -73,6 +73,7 @@ class ServedModel:
         return self.kv.n_ctx
 
     def check_model(self, name: str | None) -> None:
+        """404 unless `name` is one of this model's names (model lookups; completions take any)."""
         if name is not None and name not in self.names:
             raise ApiError(404, f"the model {name[:100]!r} does not exist; this server serves {self.model_id!r}",
                            "model_not_found", param="model")

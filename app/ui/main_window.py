@@ -99,6 +99,7 @@ class MainWindow(QMainWindow):
         model_layout.addWidget(self.picker)
         model_layout.addWidget(self.gen_form)
         self.serve_panel = ServePanel()
+        self.serve_panel.remember_in(self.settings)  # left on, it serves the next model loaded
         self.server = ServerControl(self)
         model_layout.addWidget(self.serve_panel)
         model_layout.addStretch(1)
@@ -205,7 +206,7 @@ class MainWindow(QMainWindow):
         self.loaded_facts = None
         if self.server.running:  # it serves the pair being replaced
             self.server.stop()
-            self.show_message("the API server stopped: it served the model being replaced")
+            self.show_message("the API server stopped with the model it served; it serves the new one once loaded")
         self.serve_panel.set_available(False, "loading")
         self.pair_label.setText("loading…")
         self.picker.set_loading(True)

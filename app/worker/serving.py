@@ -48,6 +48,7 @@ class ServerControl(QObject):
         super().__init__(parent)
         self._server: Any = None
         self._task: BackgroundTask | None = None
+        self._next: tuple | None = None  # a start asked for while a stop was under way
 
     @property
     def running(self) -> bool:
@@ -58,7 +59,10 @@ class ServerControl(QObject):
         return self._task is not None
 
     def start(self, pair: Any, settings: Any, port: int = DEFAULT_PORT, api_key: str | None = None) -> None:
-        if self.running or self.busy:
+        if self.running:
+            return
+        if self.busy:  # still stopping the server of the model just replaced: start after it
+            self._next = (pair, settings, port, api_key)
             return
         if pair is None:
             self.failed.emit("load a model first: the server serves the loaded pair")
@@ -69,6 +73,7 @@ class ServerControl(QObject):
         self._task.start()
 
     def stop(self) -> None:
+        self._next = None
         if self._server is None or self.busy:
             return
         server, self._server = self._server, None
@@ -95,8 +100,15 @@ class ServerControl(QObject):
     def _on_stopped(self, _result: Any) -> None:
         self._task = None
         self.stopped.emit()
+        self._start_next()
 
     def _on_stop_failed(self, message: str) -> None:
         self._task = None
         log.warning("server stop: %s", message)
         self.stopped.emit()
+        self._start_next()
+
+    def _start_next(self) -> None:
+        if self._next is not None:
+            args, self._next = self._next, None
+            self.start(*args)
