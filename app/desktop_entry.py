@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import app
+from app.engine.atomic import write_atomic
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -352,12 +353,8 @@ def _make_dirs(folder: Path, manifest: Manifest) -> None:
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    # Menu entries and icons are read by the desktop, as any installed package's are: 0644.
+    write_atomic(target, data, mode=0o644)
 
 
 def _inside(path: Path, prefix: Path) -> bool:

@@ -9,13 +9,13 @@ snapshots across threads.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from app.compare.prompts import Prompt
+from app.engine.atomic import write_atomic
 from app.engine.errors import SpeculaError
 
 FORMAT = "specula-compare"
@@ -236,16 +236,13 @@ def _tuples(value: Any) -> Any:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a file whole or not at all: a temporary file beside it, then a rename."""
+    """Write a file whole or not at all, private to the user (app.engine.atomic: a fresh
+    temporary file beside it, then a rename; never a fixed name a link could be planted on)."""
     path = Path(path).expanduser()
-    partial = path.with_name(path.name + ".part")
     try:
-        partial.write_text(text, encoding="utf-8", newline="")
-        os.replace(partial, path)
+        return write_atomic(path, text.encode("utf-8"))
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise CompareFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    return path
 
 
 def save_run(run: CompareRun, path: str | Path) -> Path:

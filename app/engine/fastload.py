@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -42,6 +41,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
 from app.engine import bpe_form
+from app.engine.atomic import write_atomic
 from app.engine.cpu import quantlinear, rowexact
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
@@ -546,10 +546,10 @@ def _save_tokenizer(tokenizer, entry: Path, key: str) -> None:
             parts = None
         if parts is None:
             text = whole.encode("utf-8")
-            _write_atomic(tokenizer_json_file(entry), text)
+            write_atomic(tokenizer_json_file(entry), text)
             bpe_model_file(entry).unlink(missing_ok=True)
             meta.update(tokenizer_sha256=hashlib.sha256(text).hexdigest(), bpe_sha256=None)
-        _write_atomic(entry, json.dumps(meta).encode("utf-8"))
+        write_atomic(entry, json.dumps(meta).encode("utf-8"))
     except OSError as exc:  # a read-only or full cache only costs speed
         _warn_once(f"could not cache the tokenizer in {entry}: {exc}")
 
@@ -558,23 +558,11 @@ def _split_reads_back(tokenizer_class, entry: Path, meta: dict, parts: tuple[str
     """Write the split form's two files (meta gets their checksums) and say whether a tokenizer
     read from them is the one they came from."""
     skeleton, model = (part.encode("utf-8") for part in parts)
-    _write_atomic(tokenizer_json_file(entry), skeleton)
-    _write_atomic(bpe_model_file(entry), model)
+    write_atomic(tokenizer_json_file(entry), skeleton)
+    write_atomic(bpe_model_file(entry), model)
     meta.update(tokenizer_sha256=hashlib.sha256(skeleton).hexdigest(), bpe_sha256=hashlib.sha256(model).hexdigest())
     try:
         return _built_from(tokenizer_class, entry, meta, meta["kwargs"]).backend_tokenizer.to_str() == whole
     except Exception as exc:  # noqa: BLE001 - a form this library cannot read back is not kept
         log.info("the split tokenizer failed to read back: %s", exc)
         return False
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    handle, name = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)  # mode 0600
-    staging = Path(name)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(staging, target)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise

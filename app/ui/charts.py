@@ -14,15 +14,15 @@ token, shown in the stats line, and it is not drawn as a speed.
 from __future__ import annotations
 
 import math
-import os
 from collections import deque
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, Qt, QTimer
+from PySide6.QtGui import QColor, QPalette, QPixmap
 from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 
+from app.engine.atomic import write_atomic
 from app.engine.errors import SpeculaError
 from app.engine.events import StepEvent
 from app.ui.format import stats_line
@@ -376,10 +376,18 @@ def theme_plots(palette: QPalette, plots) -> tuple[QColor, QColor]:
 
 def save_widget_png(widget: QWidget, path: str | Path) -> None:
     """A widget as it looks now, as a PNG written whole or not at all."""
-    path = Path(path)
-    pixmap = widget.grab()
-    partial = path.with_name(path.name + ".part")
-    if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
-        partial.unlink(missing_ok=True)
-        raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
-    os.replace(partial, path)
+    write_png(widget.grab(), Path(path))
+
+
+def write_png(pixmap: QPixmap, path: Path) -> Path:
+    """Encode in memory, then app.engine.atomic's private write: a fresh staging file, never a
+    fixed `<path>.part` a planted link could redirect."""
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if pixmap.isNull() or not pixmap.save(buffer, "PNG"):
+        raise SpeculaError(f"cannot save the charts to {path}: Qt could not encode the image")
+    try:
+        return write_atomic(path, bytes(data.data()))
+    except OSError as exc:
+        raise SpeculaError(f"cannot save the charts to {path}: {exc.strerror or exc}") from None

@@ -60,15 +60,9 @@ def _render(run: CompareRun, path: Path) -> Path:
 
 
 def _save(page, path: Path) -> Path:
-    from app.engine.errors import SpeculaError
+    from app.ui.charts import write_png
 
-    partial = path.with_name(path.name + ".part")
-    pixmap = page.grab()
-    if pixmap.isNull() or not pixmap.save(str(partial), "PNG"):
-        partial.unlink(missing_ok=True)
-        raise SpeculaError(f"cannot save the charts to {path}: the folder is missing or not writable")
-    os.replace(partial, path)
-    return path
+    return write_png(page.grab(), path)
 
 
 def _to_log(mode, context, message: str) -> None:
