@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.cli import add_model_flags, add_sampling_flags
+from app.cli import add_model_flags, add_sampling_flags, backend_kwargs
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 
@@ -78,7 +78,7 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
     return load_model(
         path, device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
         int4=not getattr(args, "no_int4", False), drafter=drafter_kind(args),
-        int8_head=getattr(args, "int8_head", False),
+        int8_head=getattr(args, "int8_head", False), **backend_kwargs(args),
     )
 
 
@@ -104,9 +104,10 @@ def load_drafter(args: argparse.Namespace, main: LoadedModel):
     if spec.draft_model:
         draft = load_draft(
             main, resolve_model_arg(spec.draft_model), device=args.device, dtype=args.dtype,
-            n_gpu_layers=args.n_gpu_layers_draft, int4=not getattr(args, "no_int4", False),
+            n_gpu_layers=args.n_gpu_layers_draft, int4=not getattr(args, "no_int4", False), **backend_kwargs(args),
         )
-    cache = NgramCache.load(spec.cache_file, main_vocab_key(main)) if spec.cache_file else None
+    cache = (NgramCache.load(spec.cache_file, main_vocab_key(main), vocab_size=main.info.vocab_size)
+             if spec.cache_file else None)
     return make_drafter(main, spec.ngram, draft=draft, draft_ctx=args.ctx_size_draft or args.ctx_size or None,
                         cache=cache, mod=ModParams(*spec.mod))
 

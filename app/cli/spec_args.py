@@ -11,6 +11,7 @@ from dataclasses import astuple, dataclass
 
 from app.engine.drafter_kinds import NGRAM_KINDS, ModParams
 from app.engine.errors import SpeculaError
+from app.engine.ngram_cache import not_a_cache_file
 
 IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache")
 # llama.cpp's other types: named, so that asking for one is "not implemented", not "unknown".
@@ -102,6 +103,9 @@ def spec_choice(args: argparse.Namespace) -> SpecChoice:
         raise UsageError("--spec-type draft-simple needs a draft model (-md/--spec-draft-model FILE)")
     if cache_file and "ngram-cache" not in types:
         raise UsageError("--lookup-cache-dynamic is the file of --spec-type ngram-cache; add that type")
+    why = not_a_cache_file(cache_file) if cache_file else None
+    if why:  # a folder, /dev/zero, a FIFO: never read from nor replaced
+        raise UsageError(f"--lookup-cache-dynamic: {why}")
     mod = tuple(getattr(args, f"spec_ngram_mod_{k}", d) for k, d in zip(("n_match", "n_min", "n_max"), MOD_DEFAULTS))
     if "ngram-mod" in types and (mod[0] < 1 or mod[1] < 0 or mod[2] < 1):
         raise UsageError("--spec-ngram-mod-n-match and -n-max must be at least 1, -n-min at least 0")

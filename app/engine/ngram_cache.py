@@ -13,7 +13,12 @@ in a chat again should not keep its place).
 The file is written whole to a temporary file and renamed over the old one (os.replace), so a
 crash leaves the old file or the new one, never a half-written one; a header carries the payload's
 length and CRC, so a file damaged anyway reads as damaged. A damaged or unreadable file is one
-warning in the log and an empty cache, never a traceback.
+warning in the log and an empty cache, never a traceback. The file is untrusted input (a user's
+-lcd, a file planted in the data folder): what is not a regular file (a folder, a FIFO, a
+device) is refused before it is read, a file larger than a full cache's is not read, its payload
+is inflated to at most a full cache's size, parsing stops at the header's count of n-grams (at
+most the bound), and every token id is checked against the main model's vocabulary and every
+count against what learning keeps.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import struct
 import sys
 import threading
@@ -28,7 +34,7 @@ import zlib
 from array import array
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from app.engine.errors import SpeculaError
 
@@ -45,6 +51,11 @@ _HEADER = struct.Struct("<4sH32sIIQ")  # magic, version, vocab key, n keys, crc3
 
 class NgramCacheError(SpeculaError):
     """The cache file belongs to another vocabulary (a user's -lcd pointing at the wrong file)."""
+
+
+class NgramCacheSaveError(NgramCacheError, OSError):
+    """The cache could not be written: one line on the command line (a SpeculaError), a warning
+    in the window (which catches OSError)."""
 
 
 def vocab_key(tokens: Iterable[str], vocab_type: str | None = None) -> str:
@@ -161,8 +172,18 @@ class NgramCache:
     # --- persistence ------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
-        """Write the cache atomically (temporary file, fsync, rename)."""
+        """Write the cache atomically (temporary file, fsync, rename); NgramCacheSaveError when
+        it cannot be written or `path` is not a regular file (a folder, a device: never replaced)."""
         path = Path(path)
+        why = not_a_cache_file(path)
+        if why:
+            raise NgramCacheSaveError(f"the n-gram cache cannot be saved: {why}")
+        try:
+            self._write(path)
+        except OSError as exc:
+            raise NgramCacheSaveError(f"the n-gram cache cannot be saved to {path}: {exc.strerror or exc}") from exc
+
+    def _write(self, path: Path) -> None:
         with self._lock:
             flat = array("I")
             for key, entry in self._table.items():
@@ -186,20 +207,23 @@ class NgramCache:
         os.replace(temp, path)
 
     @classmethod
-    def load(cls, path: str | Path, key: str, max_keys: int = DEFAULT_MAX_KEYS) -> NgramCache:
-        """The cache saved at `path`; an empty one when there is none or it is damaged (with a
-        warning). Raises NgramCacheError when the file is another vocabulary's."""
+    def load(cls, path: str | Path, key: str, max_keys: int = DEFAULT_MAX_KEYS,
+             vocab_size: int | None = None) -> NgramCache:
+        """The cache saved at `path`; an empty one when there is none or it is damaged, too
+        large, not a regular file or holds a token id at or past `vocab_size` (with a warning).
+        Raises NgramCacheError when the file is another vocabulary's."""
         cache = cls(key, max_keys)
         path = Path(path)
+        limits = _Limits.of(max_keys)
         try:
-            data = path.read_bytes()
+            data = _read_capped(path, limits.file_bytes)
         except FileNotFoundError:
             return cache
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             log.warning("n-gram cache %s cannot be read (%s); starting with an empty cache", path, exc)
             return cache
         try:
-            file_key, table = _parse(data)
+            file_key, table = _parse(data, limits, vocab_size)
         except (ValueError, struct.error, zlib.error, IndexError) as exc:
             log.warning("n-gram cache %s is damaged (%s); starting with an empty cache", path, exc)
             return cache
@@ -210,36 +234,111 @@ class NgramCache:
         return cache
 
 
+def not_a_cache_file(path: str | Path) -> str | None:
+    """Why `path` cannot be a cache file (it exists and is not a regular file: a folder, a
+    device, a FIFO), or None. Saving over such a path would replace it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return None if stat.S_ISREG(mode) else f"{path} is not a regular file"
+
+
+class _Limits(NamedTuple):
+    """What a cache file may hold: a file written by a cache of the default bound (or of
+    `max_keys`, when larger) always fits; anything larger is refused before it is inflated."""
+
+    keys: int
+    raw_bytes: int  # the decompressed payload
+    file_bytes: int
+
+    @classmethod
+    def of(cls, max_keys: int) -> _Limits:
+        keys = max(max_keys, DEFAULT_MAX_KEYS)
+        raw = keys * _MAX_ENTRY_WORDS * 4
+        # zlib's worst case adds 5 bytes a 16 KB block (incompressible data) plus its wrapper.
+        return cls(keys, raw, _HEADER.size + raw + raw // 1000 + 1024)
+
+
+_MAX_ENTRY_WORDS = 1 + N_MAX + 1 + 1 + 2 * MAX_FOLLOWERS  # n, key, m, total, (token, count) * m
+
+
+def _read_capped(path: Path, cap: int) -> bytes:
+    """The file's bytes, refusing what is not a regular file (O_NONBLOCK: a FIFO must not block
+    the open) or is larger than `cap` (a device such as /dev/zero never ends)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > cap:
+            raise ValueError(f"{info.st_size} bytes, more than a cache file can be ({cap})")
+        data = handle.read(cap + 1)  # the file may have grown since fstat
+    if len(data) > cap:
+        raise ValueError(f"more than {cap} bytes, more than a cache file can be")
+    return data
+
+
 def _sort_followers(entry: list[int]) -> None:
     if len(entry) > 3 and entry[2] < max(entry[4::2]):
         pairs = sorted(zip(entry[1::2], entry[2::2]), key=lambda p: -p[1])
         entry[1:] = [v for pair in pairs for v in pair]
 
 
-def _parse(data: bytes) -> tuple[str, OrderedDict[tuple[int, ...], list[int]]]:
+def _parse(data: bytes, limits: _Limits, vocab_size: int | None
+           ) -> tuple[str, OrderedDict[tuple[int, ...], list[int]]]:
     magic, version, key, n_keys, crc, size = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
     if magic != MAGIC:
         raise ValueError("not an n-gram cache file")
     if version != VERSION:
         raise ValueError(f"format version {version}, this Specula reads {VERSION}")
+    if n_keys > limits.keys:
+        raise ValueError(f"{n_keys} n-grams, more than a cache holds ({limits.keys})")
     if len(payload) != size or zlib.crc32(payload) != crc:
         raise ValueError("its length or checksum does not match (cut short or overwritten)")
     flat = array("I")
-    flat.frombytes(zlib.decompress(payload))
+    flat.frombytes(_inflate(payload, limits.raw_bytes))
     if sys.byteorder == "big":
         flat.byteswap()
     table: OrderedDict[tuple[int, ...], list[int]] = OrderedDict()
+    bound = vocab_size if vocab_size is not None else 1 << 32
     i = 0
-    while i < len(flat):
+    while i < len(flat) and len(table) < n_keys:  # never past the header's count, itself bounded
         n = flat[i]
+        if not N_MIN <= n <= N_MAX or i + 2 + n > len(flat):
+            raise ValueError(f"a malformed entry at word {i}")
         key_ids = tuple(flat[i + 1 : i + 1 + n])
         m = flat[i + 1 + n]
         entry = list(flat[i + 2 + n : i + 3 + n + 2 * m])
-        if not N_MIN <= n <= N_MAX or len(key_ids) != n or len(entry) != 1 + 2 * m or not 1 <= m <= MAX_FOLLOWERS:
+        if len(entry) != 1 + 2 * m or not 1 <= m <= MAX_FOLLOWERS or not _counts_ok(entry):
             raise ValueError(f"a malformed entry at word {i}")
+        if max(key_ids) >= bound or max(entry[1::2]) >= bound:
+            raise ValueError(f"a token id past the vocabulary (of {bound} ids) at word {i}")
         table[key_ids] = entry
         i += 3 + n + 2 * m
-    if len(table) != n_keys:
+    if i != len(flat) or len(table) != n_keys:
         raise ValueError(f"{len(table)} entries where the header says {n_keys}")
     return key.rstrip(b"\0").decode("ascii"), table
+
+
+def _counts_ok(entry: list[int]) -> bool:
+    """Counts as `_add` keeps them: each follower's in 1..total, total at most COUNT_CAP (so
+    that learning more never overflows the file's 32-bit words)."""
+    counts = entry[2::2]
+    return entry[0] <= COUNT_CAP and min(counts) >= 1 and max(counts) <= entry[0]
+
+
+def _inflate(payload: bytes, cap: int) -> bytes:
+    """The decompressed payload, never more than `cap` bytes of it: a small file may inflate to
+    gigabytes."""
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(payload, cap + 1)
+    if len(raw) > cap:
+        raise ValueError(f"it inflates to more than {cap} bytes, more than a cache holds")
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError("its compressed payload is cut short or followed by other bytes")
+    return raw

@@ -46,7 +46,7 @@ def open_cache(main: LoadedModel, folder: str | Path | None) -> NgramCache:
     key = main_vocab_key(main)
     if folder is None:
         return NgramCache(key)
-    return NgramCache.load(cache_path(folder, key), key)
+    return NgramCache.load(cache_path(folder, key), key, vocab_size=main.info.vocab_size)  # ids checked
 
 
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
