@@ -162,9 +162,17 @@ def _check_columns(db: sqlite3.Connection) -> None:
             raise sqlite3.DatabaseError(f"table {table} lacks {', '.join(sorted(wanted - have))}")
 
 
+# The last second (9999-12-31 UTC) that time.localtime and strftime can show on every platform.
+_LATEST_TIME = 253402300799.0
+
+
 def _number(value: Any) -> float:
-    """A stored time; anything else reads as 0 (sorted last), never an error."""
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    """A stored time; anything else (text, NaN, infinity, before 1970, past the year 9999) reads
+    as 0, never an error: `updated = 1e308` made the window's list raise OverflowError at start."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    value = float(value)
+    return value if 0.0 <= value <= _LATEST_TIME else 0.0
 
 
 def _to_json(value: dict | None) -> str | None:

@@ -197,3 +197,31 @@ def test_rows_show_an_elided_title_and_the_relative_time(make_list, store, qtbot
     image = chat_list.grab().toImage()
     assert not image.isNull()
     chat_list.grab().save(str(tmp_path / "chat-list.png"))
+
+
+def test_a_row_with_an_impossible_time_is_shown_not_fatal(tmp_path, qtbot):
+    """A history row with `updated = 1e308` aborted the window at start (OverflowError in
+    time.localtime under Qt, exit 134). The chat is listed with its title and a time it can show."""
+    import sqlite3
+
+    path = tmp_path / "history.sqlite3"
+    with HistoryStore(path) as store:
+        store.new_chat("Far future")
+        store.new_chat("Normal")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("UPDATE chats SET updated = 1e308 WHERE title = 'Far future'")
+    db.close()
+    with HistoryStore(path) as store:
+        chat_list = ChatList(store)
+        qtbot.addWidget(chat_list)
+        chat_list.resize(300, 400)
+        chat_list.show()
+        qtbot.waitExposed(chat_list)
+        chat_list.grab()  # paints every row's relative time
+        assert sorted(titles(chat_list)) == ["Far future", "Normal"]
+        assert all("last active" in chat_list.list.item(i).toolTip() for i in range(chat_list.list.count()))
+    # The window's own formatting never raises either, whatever a row holds.
+    option = QStyleOptionViewItem()
+    option.initFrom(chat_list.list)
+    for odd in (1e308, float("inf"), float("nan"), -1e308):
+        assert isinstance(chat_list.list.itemDelegate().layout_texts(option, "x", odd)[2], str)

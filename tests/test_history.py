@@ -311,3 +311,23 @@ def test_tables_that_are_not_ours_are_moved_aside(tmp_path):
         assert store.chats() == []
         assert "moved it to history.sqlite3.corrupt-" in store.notice
     assert len(list(tmp_path.glob("history.sqlite3.corrupt-*"))) == 1
+
+
+@pytest.mark.parametrize("stored", [1e308, float("inf"), -1e308, -5.0, 2**62, "yesterday", b"\x00"])
+def test_a_time_no_calendar_can_show_reads_as_zero(tmp_path, stored):
+    """`updated = 1e308` (or infinity, a negative time, text) read back as a time the window
+    passed to time.localtime: OverflowError at start. Every stored time is clamped on reading."""
+    path = tmp_path / "history.sqlite3"
+    with HistoryStore(path) as store:
+        chat = store.new_chat("odd times")
+        store.add_message(chat, "user", "still here")
+    db = _raw(path)
+    db.execute("UPDATE chats SET updated = ?, created = ?", (stored, stored))
+    db.execute("UPDATE messages SET created = ?", (stored,))
+    db.close()
+    with HistoryStore(path) as store:
+        (row,) = store.chats()
+        assert (row.title, row.created, row.updated, row.n_messages) == ("odd times", 0.0, 0.0, 1)
+        (message,) = store.messages(chat)
+        assert (message.content, message.created) == ("still here", 0.0)
+        time.localtime(row.updated)  # what the window does with it

@@ -7,8 +7,6 @@ can refresh the list while a reply streams without being told to reload the chat
 
 from __future__ import annotations
 
-import time
-
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPoint, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import (
@@ -30,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.history import ChatRow, HistoryError, HistoryStore
-from app.ui.format import relative_time
+from app.ui.format import date_time_text, relative_time
 
 CHAT_ID = Qt.ItemDataRole.UserRole
 UPDATED = Qt.ItemDataRole.UserRole + 1
@@ -200,7 +198,7 @@ class ChatList(QWidget):
         item.setData(CHAT_ID, row.id)
         item.setData(UPDATED, row.updated)
         item.setToolTip(f"{row.title}\n{row.n_messages} messages · last active "
-                        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(row.updated))}")
+                        f"{date_time_text(row.updated)}")
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
         return item
 

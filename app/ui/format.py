@@ -64,12 +64,14 @@ def stats_line(summary: Mapping[str, Any]) -> str:
 def relative_time(timestamp: float, now: float | None = None) -> str:
     """'just now', '5 min ago', '3 h ago', 'yesterday', 'Tue', '12 Mar', '12 Mar 2024'."""
     now = time.time() if now is None else now
+    then, today = local_time(timestamp), local_time(now)
+    if then is None or today is None:
+        return ""  # a time no calendar can show (a damaged history row): nothing, not a crash
     age = now - timestamp
     if age < 60:
         return "just now"
     if age < 3600:
         return f"{int(age // 60)} min ago"
-    then, today = time.localtime(timestamp), time.localtime(now)
     days = (_day_number(today) - _day_number(then))
     if days == 0:
         return f"{int(age // 3600)} h ago"
@@ -80,6 +82,21 @@ def relative_time(timestamp: float, now: float | None = None) -> str:
     if then.tm_year == today.tm_year:
         return f"{then.tm_mday} {time.strftime('%b', then)}"
     return f"{then.tm_mday} {time.strftime('%b %Y', then)}"
+
+
+def local_time(timestamp: float) -> time.struct_time | None:
+    """time.localtime, or None for a value it cannot convert (NaN, 1e308, a negative time on
+    some platforms): such values come from files, and a window must not abort on one."""
+    try:
+        return time.localtime(timestamp)
+    except (OverflowError, ValueError, OSError, TypeError):
+        return None
+
+
+def date_time_text(timestamp: float) -> str:
+    """'2024-03-12 14:05', or 'unknown' for a time that cannot be shown."""
+    moment = local_time(timestamp)
+    return "unknown" if moment is None else time.strftime("%Y-%m-%d %H:%M", moment)
 
 
 def _day_number(moment: time.struct_time) -> int:
