@@ -48,7 +48,7 @@ def slowed(run, configs: set[str], factor: float = 50.0):
 def test_use_in_chat_applies_the_fastest_to_the_pair_picker(qtbot, data_dir, tiny_paths):
     main_window, window = compared(qtbot, tiny_paths)
     choice = fastest(window.run)
-    assert choice is not None and window.fastest_row.label.text() == f"Fastest: {choice.describe()}"
+    assert choice is not None and choice.describe().lower() in window.fastest_row.label.text().lower()
     assert "specula run -m " in window.fastest_row.label.toolTip()
     main_window.models_tabs.setCurrentIndex(1)  # the Library tab: the button brings the picker back
     use_in_chat(qtbot, window)
@@ -71,7 +71,7 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
     drafters = {c.name for c in run.configs if c.drafter != NONE}
     window.set_run(slowed(run, drafters))  # every drafter slower than plain decoding
     assert fastest(window.run).drafter == NONE
-    assert "no drafter beat plain decoding" in window.fastest_row.label.text()
+    assert window.fastest_row.label.text().startswith("No clear winner: plain decoding")
     use_in_chat(qtbot, window)
     assert main_window.picker.draft_choice() == (NONE, None)
     assert "speculation did not pay off" in main_window.statusBar().currentMessage()
@@ -80,7 +80,9 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
     other = shutil.copy(tiny_paths["llama-other"], tmp_path / "downloaded-draft.gguf")
     model = next(c for c in run.configs if c.drafter == MODEL)
     configs = tuple(replace(c, draft_path=str(other)) if c == model else c for c in run.configs)
-    window.set_run(slowed(replace(run, configs=configs), ({NONE} | drafters) - {model.name}))
+    accepting = tuple(replace(r, n_accepted=max(r.n_accepted, 1)) if r.config == model.name else r
+                      for r in run.results)  # a random tiny draft accepts nothing: never a winner
+    window.set_run(slowed(replace(run, configs=configs, results=accepting), ({NONE} | drafters) - {model.name}))
     assert fastest(window.run).draft_path == str(other)
     use_in_chat(qtbot, window)
     qtbot.waitUntil(lambda: main_window.picker.draft_choice() == (MODEL, str(other)), timeout=WAIT_MS)

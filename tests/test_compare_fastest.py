@@ -30,12 +30,13 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def real_run(tiny_paths, tiny_loaded):
-    """none, lookup and a model draft at one fixed length, on a copy prompt and a chat prompt."""
+    """none, lookup and a model draft at one fixed length, on a copy prompt and a chat prompt, twice
+    (a winner needs runs whose spread does not overlap plain decoding's)."""
     from app.compare.prompts import Prompt
     from app.compare.runner import Runner
 
     drafts = (DraftChoice(LOOKUP, label=LOOKUP), DraftChoice(MODEL, str(tiny_paths["llama-other"]), "other"))
-    settings = RunSettings(n_predict=24, ignore_eos=True, draft_sweep=(4,), draft_p_min=0.5)
+    settings = RunSettings(n_predict=24, ignore_eos=True, draft_sweep=(4,), draft_p_min=0.5, repeats=2)
     prompts = (Prompt("copy", COPY), Prompt("chat", "hello there, how are you?"))
     request = CompareRequest(str(tiny_paths["llama-f32"]), drafts, prompts, settings, device="cpu", dtype="float32")
     return Runner(request, main=tiny_loaded("llama-f32")).run()
@@ -64,12 +65,19 @@ def slowed(run, configs: set[str], factor: float):
     return replace(run, results=results)
 
 
+def accepting(run, config: str):
+    """The run with this configuration credited one accepted draft per reply (a random tiny draft
+    model accepts none, and a drafter that never drafts right is never the fastest)."""
+    return replace(run, results=tuple(replace(r, n_accepted=max(r.n_accepted, 1)) if r.config == config else r
+                                      for r in run.results))
+
+
 def test_the_fastest_is_the_best_overall_speedup(real_run):
     choice = fastest(real_run)
     overall = {r.config: r.speedup for r in table_rows(real_run) if r.category == "all"}
     best = max(overall, key=overall.get)
-    expected = best if overall[best] >= MARGIN else NONE  # a lead within one run's noise is none's
-    assert choice.config == expected and choice.speedup == overall[choice.config]
+    if choice.config != NONE:  # a lead within the runs' noise is none's (tests/test_compare_spread.py)
+        assert choice.config == best and overall[best] >= MARGIN and choice.speedup == overall[best]
     assert choice.main_path == real_run.main.path
 
 
@@ -77,11 +85,11 @@ def test_each_kind_of_winner_carries_its_drafter_and_length(real_run, tiny_paths
     lookup = fastest(slowed(real_run, {NONE, "other k=4"}, 50.0))
     assert (lookup.config, lookup.drafter, lookup.draft_path) == ("lookup k=4", LOOKUP, None)
     assert (lookup.draft_max, lookup.adaptive, lookup.draft_p_min, lookup.pays_off) == (4, False, 0.5, True)
-    model = fastest(slowed(real_run, {NONE, "lookup k=4"}, 50.0))
+    model = fastest(slowed(accepting(real_run, "other k=4"), {NONE, "lookup k=4"}, 50.0))
     assert (model.config, model.drafter, model.draft_path) == ("other k=4", MODEL, str(tiny_paths["llama-other"]))
     plain = fastest(slowed(real_run, {"lookup k=4", "other k=4"}, 50.0))
     assert (plain.config, plain.drafter, plain.pays_off) == (NONE, NONE, False)
-    assert "no drafter beat plain decoding" in plain.describe()
+    assert plain.describe().startswith("no clear winner: plain decoding")
 
 
 def test_a_lead_within_one_runs_noise_is_not_a_choice(real_run):
@@ -92,8 +100,8 @@ def test_a_lead_within_one_runs_noise_is_not_a_choice(real_run):
     speedups = {r.config: r.speedup for r in table_rows(run) if r.category == "all"}
     assert 1.0 < speedups["lookup k=4"] < MARGIN and speedups["other k=4"] < 1.0  # the setup holds
     choice = fastest(run)
-    assert choice.drafter == NONE and "by more than 5%" in choice.describe()
-    assert fastest(slowed(run, {"lookup k=4"}, 1 / 1.2)).config == "lookup k=4"  # a clear lead is
+    assert choice.drafter == NONE and "lookup k=4, was 1.02x the speed" in choice.describe()
+    assert fastest(slowed(run, {"lookup k=4"}, 1 / 3)).config == "lookup k=4"  # a lead past the spread is
 
 
 def test_no_baseline_no_fastest(real_run):

@@ -60,6 +60,7 @@ def set_up(window, tiny_paths, n_predict: int = 24) -> None:
         box.setChecked(category == "chat")
     setup.own_text.setPlainText(COPY)
     setup.n_predict.setValue(n_predict)
+    setup.repeats.setValue(2)  # the fewest that show a spread (tests/test_compare_spread.py)
     setup.precision.setCurrentText("float32")
 
 
@@ -84,7 +85,7 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     assert window.setup.status.text().startswith("Done: saved to"), window.setup.status.text()
 
     run = window.run
-    assert run.status == COMPLETE and len(run.results) == run.n_expected == 6
+    assert run.status == COMPLETE and len(run.results) == run.n_expected == 12  # 3 drafters, 2 prompts, 2 runs
     assert load_run(window.run_path) == run and window.run_path.parent == runs_dir() == data_dir / "comparisons"
     configs = [NONE, LOOKUP, "tiny-llama-F32-seed1"]
     assert [c.name for c in run.configs] == configs
@@ -133,7 +134,7 @@ def test_cancel_keeps_the_finished_results_which_reopen_and_compare(qtbot, data_
     run = window.run
     assert run.status == CANCELLED, window.setup.status.text()
     assert 1 <= len(run.results) < run.n_expected
-    assert window.setup.status.text().startswith(f"Cancelled: {len(run.results)} of 6 results kept")
+    assert window.setup.status.text().startswith(f"Cancelled: {len(run.results)} of 12 results kept")
     assert window.setup.run_button.isEnabled() and not window.setup.cancel_button.isEnabled()
     saved = window.run_path
     assert load_run(saved) == run

@@ -1,7 +1,7 @@
 """`specula compare`: one main model, several drafters, one prompt set, side by side, headless.
 
     specula compare -m MAIN --drafts none,lookup,ngram-cache,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
-                    [--draft-max 4,8,16] [--json OUT] [--csv OUT] [--png OUT]
+                    [--draft-max 4,8,16] [-r RUNS] [--json OUT] [--csv OUT] [--png OUT]
 
 A progress bar goes to stderr; the table, the verdict and the `specula run` command that reproduces
 the fastest configuration to stdout. --json is written as results come in, so Ctrl-C (once: stop
@@ -58,6 +58,9 @@ def register(sub) -> None:
     add_sampling_flags(parser, temp=0.0, n_predict=64, n_predict_help="tokens per reply (default 64)")
     parser.set_defaults(seed=0)  # one fixed seed for every configuration (-1: a random one, still shared)
     parser.add_argument("--ignore-eos", action="store_true", help="run every reply to -n tokens")
+    parser.add_argument("-r", "--repetitions", "--repeat", dest="repetitions", type=int, default=3, metavar="N",
+                        help="run the whole prompt set N times (llama-bench's -r; default 3): a drafter is called "
+                             "the fastest only when its slowest run beats plain decoding's fastest")
     parser.add_argument("--json", metavar="OUT", help="write the whole run as JSON (updated as results come in)")
     parser.add_argument("--csv", metavar="OUT", help="write the table as CSV")
     parser.add_argument("--png", metavar="OUT", help="write the charts as a PNG image")
@@ -67,6 +70,8 @@ def register(sub) -> None:
 def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
     if args.n_predict < 1:
         raise SystemExit("specula: error: -n must be at least 1")
+    if args.repetitions < 1:
+        raise SystemExit("specula: error: -r must be at least 1")
     prompts = [own_prompt(text) for text in args.prompt]
     if args.prompts is not None or not prompts:
         prompts = prompts_from_arg(args.prompts or "builtin") + prompts
@@ -74,7 +79,7 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
     settings = RunSettings(
         n_predict=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         seed=seed, draft_sweep=parse_lengths(args.draft_max), draft_min=args.draft_min,
-        draft_p_min=args.draft_p_min, ignore_eos=args.ignore_eos,
+        draft_p_min=args.draft_p_min, ignore_eos=args.ignore_eos, repeats=args.repetitions,
     )
     drafts = tuple(resolve_draft(name, notice) for name in parse_drafts(drafts_arg(args)))
     return CompareRequest(

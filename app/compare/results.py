@@ -77,6 +77,9 @@ class RunSettings:
     draft_min: int = 0
     draft_p_min: float = 0.75
     ignore_eos: bool = False  # every reply runs to n_predict (llama-bench style)
+    # Every configuration runs the prompt set this many times (llama-bench's -r): a winner must be
+    # faster in every run than plain decoding in any, and one run cannot show that.
+    repeats: int = 1
 
     @property
     def greedy(self) -> bool:
@@ -144,6 +147,7 @@ class PromptResult:
     peak_rss_bytes: int | None = None  # the process's resident memory, sampled during the prompt
     peak_gpu_bytes: int | None = None  # torch's peak CUDA allocation, when on a CUDA GPU
     identical: bool | None = None  # tokens equal the baseline's; None for the baseline itself
+    repeat: int = 0  # which run of the prompt set (RunSettings.repeats), from 0
 
     @property
     def decode_tps(self) -> float:
@@ -176,7 +180,7 @@ class CompareRun:
 
     @property
     def n_expected(self) -> int:
-        return len(self.configs) * len(self.prompts)
+        return len(self.configs) * len(self.prompts) * max(self.settings.repeats, 1)
 
     def with_result(self, result: PromptResult) -> CompareRun:
         return replace(self, results=self.results + (result,))

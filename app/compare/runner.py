@@ -2,8 +2,10 @@
 
 The main model is loaded once; draft models are loaded one at a time and freed before the next.
 "none" runs first, so every later result can say at once whether its output equals the
-baseline's. Every configuration gets the same settings and seed, and a fresh KV cache per prompt
-(a cache warmed by the previous configuration would flatter the next one's time to first token).
+baseline's. With RunSettings.repeats > 1 the whole round (every configuration on every prompt)
+runs again, round after round, so a slow spell of the machine falls on every configuration alike
+and the rounds' spread says what is noise. Every configuration gets the same settings and seed,
+and a fresh KV cache per prompt (a cache warmed by the previous configuration would flatter the next one's time to first token).
 Each drafter is warmed up on a short reply before it is timed: the first forward of each input
 shape is slow.
 
@@ -61,10 +63,11 @@ class Runner:
         self.save_to = save_to
         self.main = main
         self.configs = plan_configs(list(request.drafts), request.settings.draft_sweep)
-        self.total = len(self.configs) * len(request.prompts)
+        self.repeats = max(request.settings.repeats, 1)
+        self.total = len(self.configs) * len(request.prompts) * self.repeats
         self.run_state: CompareRun | None = None
         self.baseline: dict[int, tuple[int, ...]] = {}
-        self._ngram_caches: dict[str, object] = {}  # config name -> its NgramCache
+        self._ngram_caches: dict[tuple[str, int], object] = {}  # (config name, round) -> its NgramCache
 
     # --- the whole run ------------------------------------------------------------------------
 
@@ -82,8 +85,9 @@ class Runner:
             ids = [self._prompt_ids(main, p.text, i) for i, p in enumerate(self.request.prompts)]
             self._publish()
             with PeakRss() as peak:
-                for group in _groups(self.configs):
-                    self._run_group(main, group, ids, peak)
+                for repeat in range(self.repeats):
+                    for group in _groups(self.configs):
+                        self._run_group(main, group, ids, peak, repeat)
             status = COMPLETE
         except (_Cancelled, LoadCancelled):
             status = CANCELLED
@@ -120,9 +124,12 @@ class Runner:
 
     # --- one drafter (a draft model is loaded for its group and freed after it) ---------------
 
-    def _run_group(self, main: LoadedModel, group: list[ConfigSpec], ids: list[list[int]], peak: PeakRss) -> None:
+    def _run_group(self, main: LoadedModel, group: list[ConfigSpec], ids: list[list[int]], peak: PeakRss,
+                   repeat: int = 0) -> None:
         self._check_cancel()
         first = group[0]
+        if any(e.config == first.name for e in self.run_state.errors):
+            return  # its draft failed to load in an earlier round: said once is enough
         draft = None
         if first.drafter == MODEL:
             try:
@@ -135,14 +142,15 @@ class Runner:
                 self._publish()
                 return
         try:
-            self._warm_up(main, draft, first, ids[0])
+            self._warm_up(main, draft, first, ids[0], repeat)
+            round_text = f", run {repeat + 1}/{self.repeats}" if self.repeats > 1 else ""
             for config in group:
                 for index, prompt_ids in enumerate(ids):
                     self._check_cancel()
                     self._progress(f"{config.name} · {self.request.prompts[index].category} "
-                                   f"({index + 1}/{len(ids)})")
+                                   f"({index + 1}/{len(ids)}{round_text})")
                     peak.reset()
-                    result = self._run_prompt(main, draft, config, index, prompt_ids, peak)
+                    result = self._run_prompt(main, draft, config, index, prompt_ids, peak, repeat)
                     self.run_state = self.run_state.with_result(result)
                     self._publish()
         finally:
@@ -157,18 +165,19 @@ class Runner:
             progress=lambda stage, fraction: self._progress(f"draft {config.label}: {stage} {fraction:.0%}"),
         )
 
-    def _warm_up(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, ids: list[int]) -> None:
+    def _warm_up(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, ids: list[int],
+                 repeat: int = 0) -> None:
         self._progress(f"warming up {config.name}")
         settings = replace(self._settings(main, config), max_new_tokens=WARMUP_TOKENS)
         for _ in generate(self._kv(main), main.tokenizer, ids,
-                          self._drafter(main, draft, config), settings, self.cancelled):
+                          self._drafter(main, draft, config, repeat), settings, self.cancelled):
             pass
         self._check_cancel()
 
     # --- one prompt ---------------------------------------------------------------------------
 
     def _run_prompt(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, index: int,
-                    ids: list[int], peak: PeakRss) -> PromptResult:
+                    ids: list[int], peak: PeakRss, repeat: int = 0) -> PromptResult:
         on_cuda = main.plan.gpu == "cuda" and torch.cuda.is_available()
         if on_cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -177,7 +186,7 @@ class Runner:
         first_at = None
         n_so_far = 0
         summary = None
-        for event in generate(kv, main.tokenizer, ids, self._drafter(main, draft, config),
+        for event in generate(kv, main.tokenizer, ids, self._drafter(main, draft, config, repeat),
                               self._settings(main, config), self.cancelled):
             if isinstance(event, StepEvent) and event.tokens:
                 first_at = event.timestamp if first_at is None else first_at
@@ -199,21 +208,24 @@ class Runner:
             drafted_by_position=summary.drafted_by_position, stop_reason=summary.stop_reason.value,
             tokens=tokens, text=summary.text, timeline=tuple(timeline), peak_rss_bytes=peak.value,
             peak_gpu_bytes=int(torch.cuda.max_memory_allocated()) if on_cuda else None,
-            identical=same if self.request.settings.greedy else None,
+            identical=same if self.request.settings.greedy else None, repeat=repeat,
         )
 
     def _kv(self, main: LoadedModel):
         return main.kv_model(self.request.ctx_size or None)
 
-    def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec):
+    def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, repeat: int = 0):
         """A fresh drafter per reply: a draft model's cache must not carry over between prompts.
-        An n-gram cache does, on purpose: each configuration's own, empty at the start of the
-        run, learning from each of its replies in turn (never from another configuration's)."""
+        An n-gram cache does, on purpose: each configuration's own, empty at the start of each
+        round, learning from each of its replies in turn (never from another configuration's, nor
+        from an earlier round's: that one has seen these very replies and would flatter it)."""
         if config.drafter == MODEL:
             return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None)
-        if config.name not in self._ngram_caches:
-            self._ngram_caches[config.name] = open_cache(main, None)
-        return make_drafter(main, config.drafter, cache=self._ngram_caches[config.name])
+        key = (config.name, repeat)
+        if key not in self._ngram_caches:
+            self._ngram_caches = {k: v for k, v in self._ngram_caches.items() if k[1] == repeat}
+            self._ngram_caches[key] = open_cache(main, None)
+        return make_drafter(main, config.drafter, cache=self._ngram_caches[key])
 
     def _settings(self, main: LoadedModel, config: ConfigSpec) -> DecodeSettings:
         s = self.request.settings

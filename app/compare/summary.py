@@ -85,7 +85,58 @@ def table_rows(run: CompareRun, with_all: bool = True) -> list[Row]:
 def _baseline_tps(run: CompareRun, results: list[PromptResult]) -> float | None:
     wanted = {r.prompt_index for r in results}
     base = [r for r in run.results_of(NONE) if r.prompt_index in wanted]
-    return _speed(base) if base and len(base) == len(wanted) else None
+    return _speed(base) if base and {r.prompt_index for r in base} == wanted else None
+
+
+# --- the spread over repeated runs ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The lowest and highest of one figure over the complete runs (rounds) of the prompt set."""
+
+    low: float
+    high: float
+    n: int  # complete runs
+
+    def overlaps(self, other: Spread) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def tps_text(self) -> str:
+        """'41.2-44.0 tok/s over 3 runs' ('41.2 tok/s in 1 run')."""
+        if self.n < 2:
+            return f"{self.low:.1f} tok/s in 1 run"
+        return f"{self.low:.1f}-{self.high:.1f} tok/s over {self.n} runs"
+
+    def times_text(self) -> str:
+        """'1.9-2.4x over 3 runs'."""
+        return f"{times(self.low).removesuffix('x')}-{times(self.high)} over {self.n} runs"
+
+
+def round_speeds(run: CompareRun, config: str) -> dict[int, float]:
+    """run (round) -> the configuration's decoding speed over every prompt of it; only rounds in
+    which it finished every prompt (a cancelled round's part would be another prompt mix)."""
+    rounds: dict[int, list[PromptResult]] = {}
+    for r in run.results_of(config):
+        rounds.setdefault(r.repeat, []).append(r)
+    n_prompts = len(run.prompts)
+    return {k: _speed(rs) for k, rs in sorted(rounds.items()) if len({r.prompt_index for r in rs}) == n_prompts}
+
+
+def tps_spread(run: CompareRun, config: str) -> Spread | None:
+    speeds = list(round_speeds(run, config).values())
+    return Spread(min(speeds), max(speeds), len(speeds)) if speeds else None
+
+
+def speedup_spread(run: CompareRun, config: str) -> Spread | None:
+    """How much faster than plain decoding it can be said to be, from its slowest run over plain
+    decoding's fastest to its fastest over plain decoding's slowest: the low end is above 1x
+    exactly when the two spreads do not overlap. None with fewer than two runs of each (one run
+    has no spread)."""
+    mine, base = tps_spread(run, config), tps_spread(run, NONE)
+    if mine is None or base is None or min(mine.n, base.n) < 2 or base.low <= 0:
+        return None
+    return Spread(mine.low / base.high, mine.high / base.low, min(mine.n, base.n))
 
 
 # --- the verdict -----------------------------------------------------------------------------
@@ -106,7 +157,9 @@ def verdict(run: CompareRun) -> str:
             continue
         best = max(ranked, key=lambda c: overall[c.name].speedup or 0.0)
         name = label if len(configs) == 1 else f"{label} (best k={best.draft_max})"
-        parts.append(f"{name}: {_judge(rows, best, overall[best.name])}")
+        spread = speedup_spread(run, best.name)
+        spread_text = f" (all prompts: {spread.times_text()})" if spread is not None else ""
+        parts.append(f"{name}: {_judge(rows, best, overall[best.name])}{spread_text}")
     for error in run.errors:
         parts.append(f"{error.config}: failed ({error.message})")
     if not parts:

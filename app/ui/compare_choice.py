@@ -18,6 +18,7 @@ from app.compare.results import MODEL, NONE
 from app.worker.requests import DRAFTER_TEXT
 
 USE_TEXT = "Use in chat"
+WIN_COLOUR = "#15803d"  # app.ui.discover_text.GOOD: readable on light and dark backgrounds
 
 
 class FastestRow(QWidget):
@@ -45,7 +46,9 @@ class FastestRow(QWidget):
         self.button.setEnabled(choice is not None and ready)
         if choice is None:
             return
-        self.label.setText(f"Fastest: {choice.describe()}")
+        # Green only for a drafter shown faster beyond noise; "no clear winner" is not good news.
+        self.label.setStyleSheet(f"color: {WIN_COLOUR}" if choice.pays_off else "")
+        self.label.setText(f"Fastest: {choice.describe()}" if choice.pays_off else choice.describe().capitalize())
         self.label.setToolTip(f"The same from the command line (add -p or -f):\n{run_command(choice)}")
 
     def _on_use(self) -> None:

@@ -28,6 +28,12 @@ from app.ui.style import small_muted_label
 
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_RUNS = 3  # the fewest that show a spread with one run to spare for a slow spell
+# Every drafter the chat's pair picker offers (app.ui.pair_picker), with the run's own n-gram cache:
+# it starts empty and learns from each reply of the run, as the chat's learns from your chats.
+NGRAM_CHOICES = (("Prompt lookup (no draft model)", LOOKUP),
+                 ("N-gram cache (learns from the run's replies)", "ngram-cache"),
+                 ("Prompt lookup + n-gram cache", f"{LOOKUP}+ngram-cache"))
 
 
 class CompareSetup(QWidget):
@@ -81,6 +87,11 @@ class CompareSetup(QWidget):
         self.n_predict.setRange(4, 4096)
         self.n_predict.setValue(64)
         self.n_predict.setToolTip("Tokens per reply (greedy, the same seed for every drafter)")
+        self.repeats = QSpinBox()
+        self.repeats.setRange(1, 20)
+        self.repeats.setValue(DEFAULT_RUNS)
+        self.repeats.setToolTip("How many times every drafter runs the whole prompt set (llama-bench's -r). A drafter "
+                                "is called the winner only when its slowest run beats plain decoding's fastest.")
         self.precision = QComboBox()
         self.precision.addItems(PRECISIONS)
         self.precision.setToolTip("auto: on the CPU drafts are verified as decoding computes (int4 weights), so greedy outputs are\n"
@@ -125,6 +136,7 @@ class CompareSetup(QWidget):
         prompt_layout.addWidget(self.file_label)
         form = QFormLayout()
         form.addRow("Tokens per reply", self.n_predict)
+        form.addRow("Runs of each", self.repeats)
         form.addRow("Precision", self.precision)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button)
@@ -175,7 +187,8 @@ class CompareSetup(QWidget):
         self.drafts.clear()
         baseline = self._add_draft("None (plain decoding: the baseline)", (NONE, None), True)
         baseline.setFlags(baseline.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
-        self._add_draft("Prompt lookup (no draft model)", (LOOKUP, None), (LOOKUP, None) in checked)
+        for text, kind in NGRAM_CHOICES:
+            self._add_draft(text, (kind, None), (kind, None) in checked)
         main = self._main_entry()
         for entry in self._entries:
             if main is None or entry.path == main.path:
@@ -253,7 +266,7 @@ class CompareSetup(QWidget):
         titles = {e.path: e.title for e in self._entries}
         drafts = tuple(DraftChoice(kind, path, titles.get(path, kind) if path else kind)
                        for kind, path in self._checked() if kind != NONE)
-        settings = RunSettings(n_predict=self.n_predict.value(), draft_sweep=sweep)
+        settings = RunSettings(n_predict=self.n_predict.value(), draft_sweep=sweep, repeats=self.repeats.value())
         return CompareRequest(main.path, drafts, tuple(prompts), settings, dtype=self.precision.currentText())
 
     def _on_run(self) -> None:
@@ -266,7 +279,8 @@ class CompareSetup(QWidget):
 
     def set_running(self, running: bool) -> None:
         for widget in (self.main_combo, self.drafts, self.adaptive, self.sweep, self.own_text,
-                       self.file_button, self.clear_file_button, self.n_predict, self.precision, self.run_button):
+                       self.file_button, self.clear_file_button, self.n_predict, self.repeats, self.precision,
+                       self.run_button):
             widget.setEnabled(not running)
         self.sweep_lengths.setEnabled(not running and self.sweep.isChecked())
         for box in self.category_boxes.values():

@@ -110,10 +110,17 @@ class CompareTableModel(QAbstractTableModel):
 
     def _colour(self, row: Row, column: str) -> QColor | None:
         if column == "Speedup" and row.speedup is not None and row.config != "none":
-            return QColor("#1f9d55") if row.speedup >= 1.0 else QColor("#c0392b")
+            # Green only for a lead past one run's noise from a drafter that drafted right: a
+            # 1.1x with nothing accepted is the machine's noise, not good news.
+            if row.speedup >= NOISE_BAND[1] and row.accept_rate:
+                return QColor("#1f9d55")
+            return QColor("#c0392b") if row.speedup < NOISE_BAND[0] else None
         if column == "Identical" and row.n_identical is not None and row.n_identical < row.n_prompts:
             return QColor("#c0392b")
         return None
+
+
+NOISE_BAND = (0.95, 1.05)  # speedups within it are not coloured (app.compare.fastest.MARGIN)
 
 
 class CompareTable(QTableView):
