@@ -203,7 +203,10 @@ class AdaptiveDraftLength:
 
     def probe_interval(self) -> int:
         """Steps between one-token probes while drafting does not pay."""
-        cheapest = max(_PROBE_EVERY, math.ceil((self.relative_cost(1) - 1.0) / _PROBE_BUDGET))
+        cost = self.relative_cost(1)
+        if not math.isfinite(cost):  # a curve that is no measurement: probe as seldom as allowed
+            return _PROBE_MAX_INTERVAL
+        cheapest = max(_PROBE_EVERY, math.ceil((cost - 1.0) / _PROBE_BUDGET))
         return min(cheapest << min(self._failed_probes, 8), _PROBE_MAX_INTERVAL)
 
     def length(self, budget: int, confident: Confidence = None) -> int:

@@ -196,23 +196,40 @@ def _short(name: str) -> str:
     return name.split(".", 2)[-1] if name.startswith("blk.") else name
 
 
+# Longer than this, a "step" is no measurement: a hand-edited or damaged cache.
+_MAX_STEP_S = 3600.0
+
+
 def cached_curves(info: GGUFInfo, options: list[PlanOption]) -> dict[str, CostCurve] | None:
-    entry = _read_cache().get(machine_key(), {}).get(shape_key(info, options))
-    if not isinstance(entry, dict):
+    """This machine's curves for this shape, or None (a miss) when any value in the entry is not
+    what calibrate writes: NaN, zero or negative seconds divided by zero or failed deep in the
+    choice and the schedule, at every load and in `inspect`."""
+    mine = _read_cache().get(machine_key())
+    entry = mine.get(shape_key(info, options)) if isinstance(mine, dict) else None
+    if not isinstance(entry, dict) or set(entry) != {o.name for o in options}:
         return None
-    try:
-        curves = {name: CostCurve(tuple(float(s) for s in seconds)) for name, seconds in entry.items()}
-    except (TypeError, ValueError):
-        return None
-    if set(curves) != {o.name for o in options} or any(len(c.seconds) not in (1, len(MEASURED_TOKENS))
-                                                        for c in curves.values()):
-        return None
+    curves = {}
+    for name, values in entry.items():
+        seconds = _seconds(values)
+        if seconds is None:
+            return None
+        curves[name] = CostCurve(seconds)
     return curves
+
+
+def _seconds(values: object) -> tuple[float, ...] | None:
+    """A stored curve: 1 or len(MEASURED_TOKENS) finite, positive, bounded numbers, else None."""
+    if not isinstance(values, list) or len(values) not in (1, len(MEASURED_TOKENS)):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= _MAX_STEP_S for v in values):
+        return None  # NaN fails the comparison too
+    return tuple(float(v) for v in values)
 
 
 def store_curves(info: GGUFInfo, options: list[PlanOption], curves: dict[str, CostCurve]) -> None:
     data = _read_cache()
-    data[machine_key()] = {**data.get(machine_key(), {}),
+    mine = data.get(machine_key())
+    data[machine_key()] = {**(mine if isinstance(mine, dict) else {}),
                            shape_key(info, options): {n: list(c.seconds) for n, c in curves.items()}}
     data["version"] = _CACHE_VERSION
     write_json(cache_file(), data)

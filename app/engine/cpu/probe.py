@@ -86,12 +86,18 @@ def _path() -> Path:
     return cache_dir() / "probes.json"
 
 
+# Far more than a machine's plans and probes take (a few KB); a larger file is not ours.
+_MAX_CACHE_BYTES = 4 << 20
+
+
 def read_json(path: Path) -> dict:
-    """A cache file's object, or {} when it is missing, unreadable or not an object (a miss,
-    never an error)."""
+    """A cache file's object, or {} when it is missing, unreadable, not a regular file, too large
+    or not an object (a miss, never an error). The caller checks every value it takes from it."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        if not path.is_file() or path.stat().st_size > _MAX_CACHE_BYTES:
+            return {}  # a FIFO would block the read; a huge file would only cost memory
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):  # RecursionError: 100,000 nested brackets
         return {}
     return data if isinstance(data, dict) else {}
 
