@@ -185,3 +185,27 @@ def test_the_server_takes_any_model_name_and_stays_on_across_loads_and_restarts(
     load_pair(qtbot, window, main, LOOKUP)
     qtbot.wait(300)
     assert not window.serve_panel.toggle.isChecked() and not window.server.running and not window.server.busy
+
+
+# --- the n-gram cache learns from every chat with its main model ------------------------------
+
+def test_the_ngram_cache_learns_from_chats_drafted_otherwise(qtbot, data_dir, tiny_paths):
+    from tests.test_gui import GREEDY_FIXED, add_models, load_pair, send
+    from app.worker.requests import LOOKUP, NGRAM_CACHE, NONE
+
+    main = tiny_paths["llama-f32"]
+    window = open_window(qtbot)
+    add_models(qtbot, window, [main])
+    load_pair(qtbot, window, main, LOOKUP)
+    send(qtbot, window, "Tell me about foxes.")
+    load_pair(qtbot, window, main, NONE)
+    send(qtbot, window, "And about owls?")
+    qtbot.waitUntil(lambda: any((data_dir / "ngram-cache").glob("*.ngc")), timeout=60_000)  # saved after a reply
+
+    facts = load_pair(qtbot, window, main, NGRAM_CACHE)
+    assert facts["ngram_entries"] > 0, "the chats drafted by prompt lookup and by nothing taught it nothing"
+    assert "n-grams learned" in window.picker.state_label.text()
+    shot(window.picker, "09-ngram-cache-warm")
+    window.controller.new_chat()
+    summary = send(qtbot, window, "Tell me about foxes.", GREEDY_FIXED)
+    assert summary["n_accepted"] > 0, "the cache drafted nothing of a reply it has seen"

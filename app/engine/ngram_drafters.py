@@ -1,10 +1,11 @@
 """Drafters on n-grams beyond the current prompt: the learned cache, and combinations.
 
 NgramCacheDrafter drafts from an NgramCache (app.engine.ngram_cache) that learns from every
-finished generation; CombinedDrafter asks several n-gram drafters and keeps the proposal whose
-match is longest (ties: the first given, e.g. prompt lookup before the cache: the conversation at
-hand is the better evidence), falling back to a draft model when no n-gram matches, as
-llama.cpp gives draftless drafting precedence over a draft model.
+finished generation, and LearningDrafter lets any other drafter teach it too; CombinedDrafter
+asks several n-gram drafters and keeps the proposal whose match is longest (ties: the first
+given, e.g. prompt lookup before the cache: the conversation at hand is the better evidence),
+falling back to a draft model when no n-gram matches, as llama.cpp gives draftless drafting
+precedence over a draft model.
 
 All are deterministic (no draft distribution), so speculative sampling stays exact: the choice of
 proposal depends on the context only, never on a random draw.
@@ -94,7 +95,49 @@ class CombinedDrafter(Drafter):
 
 def learned_cache(drafter: Drafter) -> NgramCache | None:
     """The NgramCache a drafter (or a combination) learns into, if any: what to save."""
+    if isinstance(drafter, LearningDrafter):
+        return drafter.cache
     for part in [drafter, *getattr(drafter, "matchers", [])]:
         if isinstance(part, NgramCacheDrafter):
             return part.cache
     return None
+
+
+class LearningDrafter(Drafter):
+    """Any drafter, and each finished generation learned into an n-gram cache besides: the cache
+    of a main model learns from every chat with it, whatever drafts meanwhile, so it is warm the
+    day it is chosen. Learning costs a pass over the new tokens at the end of a reply. Everything
+    else is the wrapped drafter's (its name, its draft model, its per-step calls)."""
+
+    def __init__(self, inner: Drafter, cache: NgramCache) -> None:
+        self.inner, self.cache = inner, cache
+        self.name, self.text_level = inner.name, inner.text_level
+
+    def __getattr__(self, name: str):  # e.g. a draft model drafter's `draft`
+        return getattr(self.__dict__["inner"], name)
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        return self.inner.propose(context, max_tokens)
+
+    def accept(self, n_accepted: int) -> None:
+        self.inner.accept(n_accepted)
+
+    def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
+        self.inner.configure(sampling, draft_p_min)
+
+    def confident(self, context: Sequence[int]) -> bool | None:
+        return self.inner.confident(context)
+
+    def finish(self, context: Sequence[int]) -> None:
+        self.inner.finish(context)
+        self.cache.learn_new(context)
+
+    def fresh(self) -> Drafter:
+        return LearningDrafter(self.inner.fresh(), self.cache)
+
+
+def learning_into(drafter: Drafter, cache: NgramCache | None) -> Drafter:
+    """`drafter`, learning each finished generation into `cache` too (unless it already does)."""
+    if cache is None or learned_cache(drafter) is cache:
+        return drafter
+    return LearningDrafter(drafter, cache)

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.compat import DraftCheck, check_draft
-from app.ui.draft_labels import draft_title, draft_tooltip
+from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.library import LibraryEntry
 from app.ui.offload import OffloadControl
 from app.ui.paths import data_dir
@@ -45,8 +45,9 @@ NONE_TEXT = "None (plain decoding)"
 NGRAM_FOLDER = "ngram-cache"  # in the data folder, beside the chat history: one file per vocabulary
 DRAFT_FACTS = {
     LOOKUP: "Drafts by copying what followed the last few tokens earlier in the chat.",
-    NGRAM_CACHE: "Drafts what followed the last 2-4 tokens in your earlier chats and replies; learns "
-                 "from each finished reply (kept per vocabulary beside the history, at most 100,000 n-grams).",
+    NGRAM_CACHE: "Drafts what followed the last 2-4 tokens in your earlier chats and replies. It learns "
+                 "from every finished reply of a main model with this vocabulary, whichever drafter "
+                 "wrote it (kept beside the history, at most 100,000 n-grams).",
     LOOKUP_CACHE: "Prompt lookup and the n-gram cache together: the longer match drafts (this chat "
                   "first on a tie); the cache learns from each finished reply.",
     NONE: "No drafting: plain decoding, the speed reference.",
@@ -224,7 +225,7 @@ class PairPicker(QWidget):
             main_gpu_layers=self.main_offload.gpu_layers(),
             draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
             int4=self.int4_check.isChecked(),
-            ngram_dir=str(data_dir() / NGRAM_FOLDER) if kind in (NGRAM_CACHE, LOOKUP_CACHE) else None,
+            ngram_dir=str(data_dir() / NGRAM_FOLDER),  # every drafter's replies teach the cache
         )
 
     # --- loading state ------------------------------------------------------------------------
@@ -290,16 +291,19 @@ class PairPicker(QWidget):
             item = QStandardItem(text)
             item.setData(item_kind, KIND_ROLE)
             model.appendRow(item)
+        itself = set()  # copies of the main model's weights: offered, marked, never kept as the choice
         for entry in self._entries:
             if main is None or not entry.usable or entry.path == main.path:
                 continue
-            item = _draft_item(entry, main, check_draft(main.info, entry.info))
-            model.appendRow(item)
+            same = is_same_model(entry, main)
+            if same:
+                itself.add(entry.path)
+            model.appendRow(_draft_item(entry, main, check_draft(main.info, entry.info), same))
         self.draft_combo.blockSignals(True)
         self.draft_combo.setModel(model)
         self.draft_combo.blockSignals(False)
         self.draft_combo.blockSignals(True)
-        if not self.select_draft(kind, path):
+        if (kind == MODEL and path in itself) or not self.select_draft(kind, path):
             self.select_draft(LOOKUP)
         self.draft_combo.blockSignals(False)
         self._show_draft()
@@ -323,12 +327,12 @@ class PairPicker(QWidget):
         self.draft_offload.setVisible(self.draft_choice()[0] == MODEL)
 
 
-def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck) -> QStandardItem:
-    item = QStandardItem(draft_title(entry.title, check))
+def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same: bool = False) -> QStandardItem:
+    item = QStandardItem(draft_title(entry.title, check, same))
     item.setData(MODEL, KIND_ROLE)
     item.setData(entry.path, PATH_ROLE)
     item.setEnabled(bool(check))
-    item.setToolTip(draft_tooltip(entry, main, check))
+    item.setToolTip(draft_tooltip(entry, main, check, same))
     return item
 
 
@@ -346,7 +350,7 @@ def loaded_text(facts: dict[str, Any]) -> str:
     from app.engine.gguf_info import format_bytes
 
     draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
-    if facts.get("ngram_entries") is not None:
+    if facts.get("ngram_entries") is not None and facts.get("drafter") in (NGRAM_CACHE, LOOKUP_CACHE):
         draft += f" ({facts['ngram_entries']:,} n-grams learned)"
     text = (f"Loaded {facts.get('main_name')} ({facts.get('main_plan')}) with {draft} "
             f"in {facts.get('load_s', 0):.1f} s, ≈ {format_bytes(facts.get('memory_bytes', 0))}")

@@ -28,7 +28,7 @@ class LoadedPair:
     spec: PairSpec
     draft: Any = None  # LoadedModel of the draft model, when there is one
     facts: dict[str, Any] = field(default_factory=dict)
-    ngram_cache: Any = None  # app.engine.ngram_cache.NgramCache, when the drafter learns
+    ngram_cache: Any = None  # app.engine.ngram_cache.NgramCache: every finished reply teaches it
 
     def reset_state(self) -> None:
         """After a failed generation the caches may hold anything: start them afresh (the
@@ -51,17 +51,20 @@ class LoadedPair:
 
 
 def make_drafter(main, spec: PairSpec, draft=None, cache=None):
-    """The engine's drafter for the window's choice; `cache`: the pair's n-gram cache."""
+    """The engine's drafter for the window's choice; `cache`: the pair's n-gram cache, which
+    learns from every finished reply whatever drafts (it is warm the day it is chosen)."""
+    from app.engine.ngram_drafters import learning_into
     from app.engine.pair import make_drafter as engine_make_drafter
 
     if spec.drafter == MODEL:
-        return engine_make_drafter(main, draft=draft)
-    return engine_make_drafter(main, spec.drafter, cache=cache)
+        return learning_into(engine_make_drafter(main, draft=draft), cache)
+    return learning_into(engine_make_drafter(main, spec.drafter, cache=cache), cache)
 
 
 def open_ngram_cache(main, spec: PairSpec):
-    """The main vocabulary's n-gram cache from spec.ngram_dir, or None when nothing learns."""
-    if not spec.learns:
+    """The main vocabulary's n-gram cache from spec.ngram_dir (the window names it whatever the
+    drafter), or None when nothing learns."""
+    if not spec.learns and not spec.ngram_dir:
         return None
     from app.engine.ngram_cache import NgramCacheError
     from app.engine.pair import open_cache
