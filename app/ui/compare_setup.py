@@ -22,7 +22,7 @@ from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_pro
 from app.compare.results import LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress, RunSettings
 from app.engine.compat import check_draft
 from app.engine.errors import SpeculaError
-from app.ui.draft_labels import draft_title, draft_tooltip
+from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.library import LibraryEntry
 from app.ui.style import small_muted_label
 
@@ -195,8 +195,10 @@ class CompareSetup(QWidget):
                 continue
             result = check_draft(main.info, entry.info)
             choice = (MODEL, entry.path)
-            item = self._add_draft(draft_title(entry.title, result), choice, bool(result) and choice in checked)
-            item.setToolTip(draft_tooltip(entry, main, result))
+            same = is_same_model(entry, main)  # offered (it can be measured), marked, never kept ticked
+            item = self._add_draft(draft_title(entry.title, result, same), choice,
+                                   bool(result) and choice in checked and not same)
+            item.setToolTip(draft_tooltip(entry, main, result, same))
             if not result:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
 
