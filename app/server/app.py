@@ -14,7 +14,8 @@ it by its id, its file's name and stem and the aliases it was given.
 What a request must pass, in order (AccessGuard, then the handler), is the server's policy, so
 `specula serve` and the window's server both get it: a web page's Origin (origin.py), the Host
 name or the API key, Content-Type: application/json on POSTs, the body's size and read time, the
-queue's room; only then is the prompt tokenized. SECURITY.md says why.
+prompt's length in bytes against the context, a place in the queue (counted from then on); only
+then is the prompt tokenized, one at a time. SECURITY.md says why.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class Api:
         self.worker = worker
         self.config = config
         self.created = int(time.time())
+        self._tokenizing = asyncio.Semaphore(1)
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -136,11 +138,20 @@ class Api:
         # One model is served, so any `model` a client names means it (a client configured for
         # "gpt-4o", or naming the file): as llama-server and LM Studio do with one model loaded.
         # Replies name the model that answered.
-        self.worker.check_room()  # a full queue answers 503 at once, without tokenizing the prompt
-        # Tokenizing a long prompt takes a while: off the event loop.
-        ids, format_stops = await run_in_threadpool(self.served.prompt_ids, wanted)
-        settings = self.served.decode_settings(wanted, len(ids), format_stops)
-        job = self.worker.submit(ids, settings, client=client_of(request))
+        del body
+        self.served.check_prompt_bytes(wanted)  # a prompt that cannot fit: 400 before tokenizing it
+        # The request's place in the queue is taken before its prompt is tokenized: a full queue
+        # answers 503 at once, and at most 1 + max_waiting prompts are held and tokenized.
+        admission = self.worker.admit()
+        try:
+            # Tokenizing a long prompt takes a while: off the event loop, one at a time (the
+            # tokenizer is serialized anyway; no pool threads each holding a prompt).
+            async with self._tokenizing:
+                ids, format_stops = await run_in_threadpool(self.served.prompt_ids, wanted)
+            settings = self.served.decode_settings(wanted, len(ids), format_stops)
+            job = self.worker.submit(ids, settings, client=client_of(request), admission=admission)
+        finally:
+            self.worker.release(admission)  # refused (or cancelled): its place is free again
         reply = Reply(chat=chat, model=self.served.model_id, drafter=self.served.drafter_name)
         if wanted.stream:
             return EventStreamResponse(stream_chunks(job, reply, wanted.include_usage), job)

@@ -9,6 +9,7 @@ kept the same way; each request gets a fresh drafter object around it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 
 log = logging.getLogger(__name__)
+
+NORMALIZED_SHRINK = 3  # NFC composes at most 3 code points of 3 bytes into one of 3 (Hangul)
 
 
 def drafter_factory(prototype: Drafter | None) -> Callable[[], Drafter]:
@@ -101,6 +104,33 @@ class ServedModel:
         if not ids:
             raise bad_field("messages" if request.messages is not None else "prompt", "the prompt is empty")
         return ids, stops
+
+    def check_prompt_bytes(self, request: GenerationRequest) -> None:
+        """400 when the prompt's text cannot fit the context whatever its tokens, from its length
+        in bytes, before it is tokenized (a 1 MB prompt takes about a second of a core to
+        tokenize; a flood of them was tokenized whole before being refused): no token decodes
+        to more than `max_token_bytes`, and normalization (NFC) shortens a text at most
+        NORMALIZED_SHRINK times, so a text of B bytes is at least B / (that product) tokens.
+        A chat counts its longest message only (a template may leave a message out)."""
+        if request.messages is not None:
+            n_bytes = max(len(m["content"].encode("utf-8")) for m in request.messages)
+        elif isinstance(request.prompt, str):
+            n_bytes = len(request.prompt.encode("utf-8"))
+        else:
+            return  # token ids: counted as they are
+        at_least = -(-n_bytes // (self.max_token_bytes * NORMALIZED_SHRINK))
+        if at_least >= self.n_ctx:  # (max_tokens is checked once the prompt is counted exactly)
+            raise context_exceeded(
+                f"the prompt's {n_bytes} bytes are at least {at_least} tokens but the context holds "
+                f"{self.n_ctx}; shorten it", "messages" if request.messages is not None else "prompt")
+
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """The longest token text of the vocabulary in UTF-8 bytes: at least what any token
+        decodes to (a byte-level BPE character is one byte, SentencePiece's "\u2581" one space,
+        "<0x41>" one byte)."""
+        tokens = self.loaded.info.tokens()
+        return max((len(t.encode("utf-8", "surrogatepass")) for t in tokens), default=1) or 1
 
     def _chat_ids(self, messages: list[dict[str, str]]) -> tuple[list[int], tuple[str, ...]]:
         try:

@@ -158,6 +158,26 @@ def _refuse_unsupported(data: dict[str, Any], chat: bool) -> None:
     best_of = data.get("best_of")
     if not chat and best_of not in (None, 1):
         raise bad_field("best_of", "only best_of=1 is supported")
+    _refuse_llama_extras(data)
+
+
+# llama-server's own sampling and output fields -> the value at which each changes nothing. A client
+# written for llama-server that sends another value expects its effect (a grammar, a penalty,
+# probabilities): a 400, as for logit_bias, rather than a reply that silently lacks it.
+_LLAMA_NEUTRAL_NUMBERS = {"repeat_penalty": 1.0, "typical_p": 1.0, "mirostat": 0, "n_probs": 0,
+                          "dry_multiplier": 0.0, "xtc_probability": 0.0, "dynatemp_range": 0.0}
+
+
+def _refuse_llama_extras(data: dict[str, Any]) -> None:
+    for name in ("grammar", "json_schema"):
+        if data.get(name) not in (None, ""):
+            raise bad_field(name, f"{name} (constrained output) is not supported by this server")
+    for name, neutral in _LLAMA_NEUTRAL_NUMBERS.items():
+        value = _number(data, name, None, None)
+        if value is not None and value != neutral:
+            raise bad_field(name, f"{name} is not supported by this server (only {neutral})")
+    if data.get("ignore_eos"):
+        raise bad_field("ignore_eos", "ignore_eos is not supported by this server")
 
 
 def _message(message: Any, index: int) -> dict[str, str]:

@@ -76,6 +76,18 @@ class Job:
                 return
 
 
+class Admission:
+    """A request's place in the queue from before its prompt is tokenized until it is a Job (or
+    refused): a flood of long prompts is counted against the queue while being tokenized, and
+    the requests past it get 503 at once instead of each being tokenized first."""
+
+    def __init__(self) -> None:
+        self.shutdown = False
+
+    def cancel(self, shutdown: bool = False) -> None:
+        self.shutdown = self.shutdown or shutdown
+
+
 class ModelWorker:
     """The thread that owns a ServedModel's generation, and the bounded queue in front of it."""
 
@@ -87,7 +99,7 @@ class ModelWorker:
         self.stats = stats or ServerStats()
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._admitted: list[Job] = []  # waiting or running, oldest first
+        self._admitted: list[Job | Admission] = []  # tokenizing, waiting or running, oldest first
         self._running: Job | None = None
         self._mean_job_s = 1.0  # moving average, for Retry-After
         self._cache_client: str | None = None  # whose generation last filled the KV cache (worker thread)
@@ -116,14 +128,34 @@ class ModelWorker:
             self.stats.count("requests_rejected")
             raise server_busy(self._retry_after_s())
 
-    def submit(self, prompt_ids: list[int], settings: DecodeSettings, client: str = "") -> Job:
-        """Queue a generation (call from the event loop); 503 when the wait queue is full."""
+    def admit(self) -> Admission:
+        """A place in the queue for a request about to be tokenized; 503 when there is none.
+        Give it to submit(), or back with release() when the request is refused."""
+        admission = Admission()
+        with self._lock:
+            self._check_room_locked()
+            self._admitted.append(admission)
+        return admission
+
+    def submit(self, prompt_ids: list[int], settings: DecodeSettings, client: str = "",
+               admission: Admission | None = None) -> Job:
+        """Queue a generation (call from the event loop) in the place `admission` holds; without
+        one, 503 when the wait queue is full."""
         job = Job(prompt_ids, settings, asyncio.get_running_loop(), client)
         with self._lock:
-            self._check_room_locked()  # again: others may have been admitted while this one tokenized
-            self._admitted.append(job)
+            if admission is not None and admission in self._admitted and not self._closed:
+                self._admitted[self._admitted.index(admission)] = job
+            else:
+                self._check_room_locked()
+                self._admitted.append(job)
         self._queue.put(job)
         return job
+
+    def release(self, admission: Admission) -> None:
+        """Give back a place that did not become a job (a no-op once it did)."""
+        with self._lock:
+            if admission in self._admitted:
+                self._admitted.remove(admission)
 
     def _retry_after_s(self) -> int:
         # A slot frees when the running generation ends: about one average generation from now.
