@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from app.engine.atomic import private_dir, private_file
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,20 @@ def _number(value: Any) -> float:
     return value if 0.0 <= value <= _LATEST_TIME else 0.0
 
 
+def _private_database(path: Path) -> None:
+    """The history 0600 whatever the umask, before SQLite opens it: SQLite makes the -wal and
+    -shm files with the database's own mode; those an earlier version made 0644 lose their
+    group and other bits too. A failure here (a read-only folder) is left to SQLite to report."""
+    try:
+        private_file(path)
+        for suffix in ("-wal", "-shm"):
+            side = path.with_name(path.name + suffix)
+            if side.is_file():
+                private_file(side)
+    except OSError as exc:
+        log.debug("could not make %s private: %s", path, exc)
+
+
 def _to_json(value: dict | None) -> str | None:
     # default=str: a stray non-JSON value (an enum, a Path) must not lose the message's text.
     return None if value is None else json.dumps(value, default=str, separators=(",", ":"))
@@ -208,7 +223,7 @@ class HistoryStore:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
         except OSError as exc:
             raise HistoryError(f"cannot create the history folder {self.path.parent}: {exc.strerror}") from exc
         try:
@@ -227,6 +242,7 @@ class HistoryStore:
                 raise HistoryError(f"cannot open the history {self.path}: {again}") from again
 
     def _connect(self) -> sqlite3.Connection:
+        _private_database(self.path)
         # isolation_level=None: autocommit, so every statement outside BEGIN is committed at once.
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:

@@ -1,4 +1,5 @@
-"""Write a file whole or not at all, through a staging file no one else can have planted.
+"""Write a file whole or not at all, through a staging file no one else can have planted; and
+make the folders and files that hold a user's chats, caches and runs private to them.
 
 A fixed staging name beside the target (`<out>.part`) follows a link planted there and lets two
 writers clobber each other; `tempfile.mkstemp` in the target's folder creates a new file with
@@ -14,19 +15,24 @@ import tempfile
 from pathlib import Path
 
 PRIVATE = 0o600
+PRIVATE_DIR = 0o700
 
 
-def write_atomic(target: str | os.PathLike[str], data: bytes, mode: int = PRIVATE) -> Path:
+def write_atomic(target: str | os.PathLike[str], data: bytes, mode: int = PRIVATE, fsync: bool = False) -> Path:
     """Write data to target (replacing it) via a fresh temporary file in the same folder.
 
     The file ends with `mode` whatever the umask (0600 by default: what Specula writes about a
-    user's chats and runs is theirs alone). Raises OSError; nothing is left behind on failure."""
+    user's chats and runs is theirs alone). fsync: on disk before the rename (a file a crash
+    must not leave empty). Raises OSError; nothing is left behind on failure."""
     target = Path(target)
     handle, name = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=target.parent)
     staging = Path(name)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+            if fsync:
+                out.flush()
+                os.fsync(out.fileno())
             if mode != PRIVATE:
                 os.chmod(staging, mode)
         os.replace(staging, target)
@@ -34,3 +40,44 @@ def write_atomic(target: str | os.PathLike[str], data: bytes, mode: int = PRIVAT
         staging.unlink(missing_ok=True)
         raise
     return target
+
+
+def private_dir(folder: str | os.PathLike[str], tighten: bool = False) -> Path:
+    """Create folder, and any missing parent, as 0700 whatever the umask (chats and what was
+    learned from them are private data, as a browser profile is). tighten: the folder is
+    Specula's own, so one an earlier version made 0755 loses its group and other bits too;
+    never for a folder the user named. Raises OSError."""
+    folder = Path(folder)
+    missing = []
+    parent = folder
+    while not parent.is_dir() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for path in reversed(missing):
+        path.mkdir(mode=PRIVATE_DIR, exist_ok=True)
+        _restrict(path)
+    if tighten:
+        _restrict(folder)
+    return folder
+
+
+def private_file(path: str | os.PathLike[str]) -> None:
+    """Create path empty as 0600 if it is missing, else take its group and other bits away (if
+    it is ours): a file that SQLite then opens, whose -wal and -shm files take its mode."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, PRIVATE)
+    try:
+        if os.name == "posix":
+            st = os.fstat(fd)
+            if st.st_uid == os.getuid() and st.st_mode & 0o077:
+                os.fchmod(fd, st.st_mode & 0o700)
+    finally:
+        os.close(fd)
+
+
+def _restrict(path: Path) -> None:
+    """Take the group and other bits off a folder or file this user owns (POSIX only)."""
+    if os.name != "posix":
+        return
+    st = path.stat()
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        os.chmod(path, st.st_mode & 0o700)

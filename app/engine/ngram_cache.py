@@ -36,6 +36,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
+from app.engine.atomic import private_dir, write_atomic
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -198,13 +199,10 @@ class NgramCache:
         payload = zlib.compress(flat.tobytes(), 6)
         header = _HEADER.pack(MAGIC, VERSION, self.key.encode("ascii")[:32], n_keys,
                               zlib.crc32(payload), len(payload))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(temp, "wb") as handle:
-            handle.write(header + payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
+        # What was learned from the user's chats is theirs alone: folders 0700, the file 0600, and
+        # a fresh staging file (app.engine.atomic), not a fixed name a link could be planted on.
+        private_dir(path.parent)
+        write_atomic(path, header + payload, fsync=True)
 
     @classmethod
     def load(cls, path: str | Path, key: str, max_keys: int = DEFAULT_MAX_KEYS,

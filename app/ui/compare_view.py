@@ -25,6 +25,7 @@ from app.compare.export import save_csv
 from app.compare.fastest import fastest
 from app.compare.results import CANCELLED, COMPLETE, CompareRequest, CompareRun, load_run, save_run
 from app.compare.summary import delta_line, verdict
+from app.engine.atomic import private_dir
 from app.engine.errors import SpeculaError
 from app.ui.compare_charts import CompareCharts
 from app.ui.compare_choice import FastestRow
@@ -42,9 +43,7 @@ JSON_FILTER = "Specula comparisons (*.json)"
 
 
 def runs_dir() -> Path:
-    folder = data_dir() / "comparisons"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return private_dir(data_dir() / "comparisons", tighten=True)  # runs name the user's models and prompts
 
 
 class CompareWindow(QMainWindow):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths
 
+from app.engine.atomic import private_dir
+
 DATA_DIR_ENV = "SPECULA_DATA_DIR"
 
 
@@ -22,8 +24,9 @@ def data_dir() -> Path:
         folder = Path(override).expanduser()
     else:
         folder = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation))
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    # The chats are private data: 0700 whatever the umask, as a browser profile is (and an
+    # earlier version's 0755 folder is tightened).
+    return private_dir(folder, tighten=True)
 
 
 def history_path() -> Path:
