@@ -13,8 +13,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import jinja2
+
 from app.engine.drafters import Drafter
-from app.engine.errors import ContextFullError
+from app.engine.errors import ChatTemplateError, ContextFullError
 from app.engine.events import DoneEvent, GenerationEvent
 from app.engine.kvmodel import KVModel
 from app.engine.speculative import CancelCheck, DecodeSettings, generate
@@ -52,8 +54,21 @@ def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
 
 
 def _render(tokenizer, messages: list[dict], template: str | None) -> str:
-    return tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
-                                         tokenize=False)
+    """The template's text; ChatTemplateError (one line) for whatever the template's code raises:
+    it comes from the file, so a traceback would blame us and tell the user nothing."""
+    try:
+        return tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
+                                             tokenize=False)
+    except _TEMPLATE_FAILURES as exc:
+        detail = (str(exc).splitlines() or [""])[0][:200] or type(exc).__name__
+        raise ChatTemplateError(f"the model's chat template failed on these messages: {detail}") from None
+
+
+# What a template's code can raise: jinja2's own errors (raise_exception, syntax, the sandbox's
+# SecurityError, undefined values) and the Python errors of its expressions (the sandbox's
+# OverflowError for a range over 100,000 items, a division by zero, recursion without end).
+_TEMPLATE_FAILURES = (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
+                      AttributeError, RecursionError)
 
 
 # Message content is wrapped in these while the template renders, to tell it from the template's

@@ -33,3 +33,8 @@ class ContextFullError(SpeculaError):
 
 class LoadCancelled(SpeculaError):
     """Loading was cancelled by the user."""
+
+
+class ChatTemplateError(SpeculaError):
+    """The model's chat template failed on the messages (it raised, did not parse, tripped the
+    sandbox or asked too much of it): the file's fault, said in one line."""

@@ -15,10 +15,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-import jinja2
-
 from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.drafters import Drafter, NoDrafter
+from app.engine.errors import ChatTemplateError
 from app.engine.events import GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
@@ -135,8 +134,8 @@ class ServedModel:
     def _chat_ids(self, messages: list[dict[str, str]]) -> tuple[list[int], tuple[str, ...]]:
         try:
             ids = render_prompt(self.tokenizer, messages)
-        except jinja2.TemplateError as exc:
-            raise bad_field("messages", f"the model's chat template refused these messages: {exc}") from None
+        except ChatTemplateError as exc:  # the template's code failed (chat._render): the file's fault
+            raise bad_field("messages", str(exc)) from None
         # A model without a template gets a "User:/Assistant:" frame that needs its own stop.
         return ids, () if has_chat_template(self.tokenizer) else FALLBACK_STOPS
 
