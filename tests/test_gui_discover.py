@@ -117,7 +117,7 @@ def test_file_shows_header_fit_and_draft_compatibility(qtbot, panel, hub, hub_fi
     details = browse(qtbot, panel, REPO_SMALL, "Tiny-Llama-1L-F32.gguf")
     small = read_gguf_info(hub_files["small"])
     assert f"ctx {small.context_length:,}" in details and f"vocab {small.vocab_size:,}" in details
-    assert small.architecture in details and "✓ fits: needs about" in details
+    assert small.architecture in details and "✓ fits: needs ≈" in details
     assert "compatible (" in details and "not compatible" not in details
     assert hub.cdn_bytes() < hub_files["small"].stat().st_size  # range reads, not the file
 
@@ -142,7 +142,7 @@ def test_a_model_too_big_for_this_machine_says_so(qtbot, hub, monkeypatch):
     qtbot.addWidget(panel)
     try:
         details = browse(qtbot, panel, REPO_BIG, BIG_FILE)
-        assert "✗ too big: needs about" in details and "64.0 KiB available" in details
+        assert "✗ too big: needs ≈" in details and "64.0 KiB of RAM available" in details
     finally:
         panel.shutdown(5000)
 

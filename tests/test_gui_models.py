@@ -148,7 +148,7 @@ def test_offload_is_disabled_with_the_reason_without_a_gpu(qtbot, data_dir, tiny
         assert not offload.slider.isEnabled() and offload.gpu_layers() == 0
         assert offload.value_label.text() == "CPU only"
         assert "no GPU" in offload.detail.text() and "Disabled: no GPU" in offload.slider.toolTip()
-    assert "weights" in offload.detail.text() and "KV per 4k tokens" in offload.detail.text()
+    assert "weights" in offload.detail.text() and "KV for 4,096 tokens" in offload.detail.text()
     # The draft's offload control appears only with a draft model.
     window.picker.select_draft(LOOKUP)
     assert not window.picker.draft_offload.isVisibleTo(window)
@@ -248,7 +248,7 @@ def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, ti
     weights = window.loaded_facts["main_weights"]
     kind = weights["dtype"] + (" + int8 head" if weights["int8_head"] else "")
     assert weights["bytes"] == picker.main_entry().info.memory_bytes(weights["dtype"], int8_head=weights["int8_head"])
-    assert f"≈ {format_bytes(weights['bytes'])} weights ({kind}, as loaded)" in offload.detail.text()
+    assert f"{format_bytes(weights['bytes'])} weights ({kind}, as loaded)" in offload.detail.text()
     shot(window, "int4-unchecked-loaded")
     # ... until a setting differs from the load's: then it is the guess for the next load again.
     picker.int4_check.setChecked(True)

@@ -7,6 +7,9 @@ the engine would pick (app.engine.device.auto_dtype). Both engine helpers import
 level, and `specula hub` must start without it, so the few machine facts they use are read here
 the same way: SPECULA_MEMORY_LIMIT or /proc/meminfo for RAM, the CPU's bf16 flags, and the GPU's
 free memory from torch when it is already imported, else from nvidia-smi.
+
+memory_need is the one estimate of what a model needs: Discover's fit and the Model tab's GPU
+offload line both show its words (MemoryNeed.text), so one model never shows two needs.
 """
 
 from __future__ import annotations
@@ -39,6 +42,54 @@ class MachineMemory:
     ram_available: int | None
     ram_total: int | None
     gpu: GpuMemory | None
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What a model needs once loaded: weights, the KV cache for n_ctx tokens, and the one
+    float32 tensor in flight while it loads (the peak, which is what must fit)."""
+
+    weights: int
+    kv: int
+    loading: int
+    n_ctx: int
+    kind: str  # how the weights are held: "bfloat16 + int4", "float32"
+    measured: bool = False  # the weights are the loaded model's own count, not a guess
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.loading
+
+    def text(self) -> str:
+        """'≈ 442 MiB: 155 MiB weights (bfloat16 + int4) + 180 MiB KV for 4,096 tokens + 107 MiB
+        while loading' - the same words wherever a need is shown."""
+        kind = self.kind + (", as loaded" if self.measured else "")
+        return (f"≈ {format_bytes(self.total)}: {format_bytes(self.weights)} weights ({kind}) + "
+                f"{format_bytes(self.kv)} KV for {self.n_ctx:,} tokens + {format_bytes(self.loading)} while loading")
+
+
+def default_ctx(info: GGUFInfo) -> int:
+    """The context an estimate counts: the model's own, at most DEFAULT_CTX."""
+    return min(info.context_length or DEFAULT_CTX, DEFAULT_CTX)
+
+
+def memory_need(info: GGUFInfo, *, dtype: str = "bfloat16", on_cpu: bool = True, int4_allowed: bool = True,
+                n_ctx: int | None = None, weights_bytes: int | None = None, kind: str | None = None) -> MemoryNeed:
+    """The engine's estimate (app.engine.loader.check_memory): weights at `dtype` (quantized
+    weights kept int4 where the loader keeps them: on the CPU in bf16, when allowed), the KV cache,
+    and the largest tensor in float32 while loading. `weights_bytes` (and `kind`) replace the
+    weights' guess with a loaded model's own count."""
+    int4 = int4_allowed and keeps_int4(dtype, on_cpu=on_cpu)
+    n_ctx = n_ctx or default_ctx(info)
+    measured = weights_bytes is not None
+    # A backend that keeps the file's own types (dtype "gguf") is counted as float16.
+    kv_dtype = dtype if dtype in ("float32", "float16", "bfloat16") else "float16"
+    weights = weights_bytes if measured else info.memory_bytes(kv_dtype, int4=int4)
+    # "+ int4" only where some weights stay packed (an F32 or F16 file has none to keep).
+    int4 = int4 and (measured or weights != info.memory_bytes(kv_dtype, int4=False))
+    kv = info.kv_bytes_per_token(kv_dtype, cpu=on_cpu) * n_ctx
+    loading = max((t.n_elements for t in info.tensors), default=0) * 4
+    return MemoryNeed(weights, kv, loading, n_ctx, kind or dtype + (" + int4" if int4 else ""), measured)
 
 
 @dataclass(frozen=True)
@@ -116,24 +167,19 @@ def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | 
     machine = machine or machine_memory()
     gpu = machine.gpu
     dtype = dtype or default_dtype(gpu)
-    n_ctx = n_ctx or min(info.context_length or DEFAULT_CTX, DEFAULT_CTX)
     # On the CPU in bf16 the engine keeps quantized weights quantized (app.engine.cpu.quantlinear).
-    int4 = keeps_int4(dtype, on_cpu=gpu is None)
-    weights = info.memory_bytes(dtype, int4=int4)
-    kv = info.kv_bytes_per_token(dtype, cpu=gpu is None) * n_ctx
-    in_flight = max((t.n_elements for t in info.tensors), default=0) * 4
-    need = weights + kv + in_flight
+    estimate = memory_need(info, dtype=dtype, on_cpu=gpu is None, n_ctx=n_ctx)
+    n_ctx, weights, kv, need = estimate.n_ctx, estimate.weights, estimate.kv, estimate.total
     ram = machine.ram_available
-    label = f"{dtype}, {n_ctx:,}-token context"
     if ram is not None and need > ram:
         return FitResult(False, "none", need, weights, kv, ram, gpu.free if gpu else None,
                          0 if gpu else None, dtype, n_ctx,
-                         f"too big: needs about {format_bytes(need)} of RAM ({label}), "
-                         f"{format_bytes(ram)} available; try a smaller model or quantization")
-    ram_note = f"{format_bytes(ram)} available" if ram is not None else "available RAM unknown"
+                         f"too big: needs {estimate.text()}; {format_bytes(ram)} of RAM available; "
+                         f"try a smaller model or quantization")
+    ram_note = f"{format_bytes(ram)} of RAM available" if ram is not None else "available RAM unknown"
     if gpu is None:
         return FitResult(True, "cpu", need, weights, kv, ram, None, None, dtype, n_ctx,
-                         f"fits: needs about {format_bytes(need)} of RAM ({label}), {ram_note}")
+                         f"fits: needs {estimate.text()}; {ram_note}")
     layers = _gpu_layers(info, weights + kv, gpu)
     where = "gpu" if layers >= info.n_layers else "gpu+cpu" if layers else "cpu"
     on_gpu = {"gpu": f"all {info.n_layers} layers on the GPU",
@@ -141,7 +187,7 @@ def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | 
               "cpu": "no layer fits on the GPU, runs on the CPU"}[where]
     return FitResult(True, where, need, weights, kv, ram, gpu.free, layers, dtype, n_ctx,
                      f"fits: {on_gpu} ({gpu.name}, {format_bytes(gpu.free)} free); "
-                     f"needs about {format_bytes(need)} of RAM to load ({label}), {ram_note}")
+                     f"needs {estimate.text()}; {ram_note}")
 
 
 def _gpu_layers(info: GGUFInfo, gpu_need: int, gpu: GpuMemory) -> int:

@@ -9,10 +9,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
-from app.engine.machine import keeps_int4
+from app.hub.fit import memory_need
 from app.ui.style import small_muted_label
-
-KV_TOKENS = 4096  # the KV estimate is shown for this many tokens of context
 
 
 class OffloadControl(QWidget):
@@ -112,20 +110,18 @@ class OffloadControl(QWidget):
         self.changed.emit()
 
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
+        """The need in Discover's words (app.hub.fit.memory_need): one model, one estimate."""
         loaded = self._loaded_weights(info, gpu_layers)
         if loaded is not None:  # the engine's own count (it knows what this CPU keeps in bf16)
-            dtype, int4, int8_head, source = loaded["dtype"], loaded["int4"], loaded["int8_head"], ", as loaded"
-            weights = loaded["bytes"]
+            kind = loaded["dtype"] + (" + int4" if loaded["int4"] else "") + (" + int8 head" if loaded["int8_head"] else "")
+            need = memory_need(info, dtype=loaded["dtype"], on_cpu=not gpu_layers, weights_bytes=loaded["bytes"],
+                               kind=kind)
         else:
             devices = self._devices or {}
             dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
-            int4 = self._int4 and keeps_int4(dtype, on_cpu=not gpu_layers)
-            int8_head, source = False, ""
-            weights = info.memory_bytes(dtype, int4=int4)
-        kv = info.kv_bytes_per_token(dtype, cpu=not gpu_layers) * KV_TOKENS
-        kind = dtype + (" + int4" if int4 else "") + (" + int8 head" if int8_head else "")
-        text = (f"≈ {format_bytes(weights)} weights ({kind}{source}) + {format_bytes(kv)} KV "
-                f"per {KV_TOKENS // 1024}k tokens")
+            need = memory_need(info, dtype=dtype, on_cpu=not gpu_layers, int4_allowed=self._int4)
+        weights = need.weights
+        text = f"needs {need.text()}"
         if gpu_layers and info.n_layers:
             on_gpu = weights * min(gpu_layers, info.n_layers) // info.n_layers
             text += f"; ≈ {format_bytes(on_gpu)} on the GPU"

@@ -1,0 +1,39 @@
+"""One memory estimate: Discover (a hub file's header, before downloading) and the Model tab (the
+same file in the library) show the same need in the same words, from app.hub.fit.memory_need.
+
+Real tiny GGUF files served by the fake hub of tests/hf_server.py; offscreen Qt.
+"""
+
+from __future__ import annotations
+
+from app.engine.gguf_info import read_gguf_info
+from app.hub.fit import machine_memory, memory_need
+from app.ui.library import FILE, entry_for_file
+from tests.hf_server import REPO_SMALL, fake_hub, hub, hub_files  # noqa: F401 (fixtures)
+from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
+from tests.test_gui_discover import browse, panel  # noqa: F401 (panel: a fixture)
+
+SMALL_FILE = "Tiny-Llama-1L-F32.gguf"
+
+
+def test_discover_and_the_model_tab_show_one_need(qtbot, data_dir, panel, hub_files):
+    from app.ui.pair_picker import PairPicker
+
+    details = browse(qtbot, panel, REPO_SMALL, SMALL_FILE)
+    info = read_gguf_info(hub_files["small"])
+    on_cpu = machine_memory().gpu is None
+    need = memory_need(info, dtype="bfloat16", on_cpu=on_cpu)
+    assert need.text() in details  # Discover: the header read over HTTP
+
+    picker = PairPicker()
+    qtbot.addWidget(picker)
+    picker.resize(520, 520)
+    picker.set_devices({"gpu": None, "reason": "no GPU", "cpu_dtype": "bfloat16"} if on_cpu else
+                       {"gpu": "cuda", "name": "GPU", "cpu_dtype": "bfloat16", "gpu_dtype": "bfloat16"})
+    picker.set_entries([entry_for_file(hub_files["small"], FILE)])
+    if on_cpu:
+        assert f"needs {need.text()}" in picker.main_offload.detail.text()  # the Model tab: the same words
+    assert need.total == need.weights + need.kv + need.loading and "while loading" in need.text()
+    picker.show()
+    shot(panel, "one-estimate-discover")
+    shot(picker, "one-estimate-model-tab")
