@@ -118,13 +118,13 @@ def test_file_shows_header_fit_and_draft_compatibility(qtbot, panel, hub, hub_fi
     small = read_gguf_info(hub_files["small"])
     assert f"ctx {small.context_length:,}" in details and f"vocab {small.vocab_size:,}" in details
     assert small.architecture in details and "✓ fits: needs ≈" in details
-    assert "compatible (" in details and "not compatible" not in details
+    assert "✓ drafts token by token (same vocabulary)" in details and "cannot draft" not in details
     assert hub.cdn_bytes() < hub_files["small"].stat().st_size  # range reads, not the file
 
     pick_repo(qtbot, panel, REPO_FOREIGN)  # another vocabulary: it drafts through text
     details = pick_file(qtbot, panel, "Tiny-Llama-Foreign-F16.gguf")
     assert not check_compatibility(main, read_gguf_info(hub_files["foreign"]))
-    assert "✓ text-level (" in details and "re-tokenized" in details and "not compatible" not in details
+    assert "✓ text-level draft" in details and "re-tokenized" in details and "cannot draft" not in details
     shot(panel, "discover-text-level")
 
     panel.set_main_model(None)  # no main model: the check is explained, not guessed
@@ -132,8 +132,8 @@ def test_file_shows_header_fit_and_draft_compatibility(qtbot, panel, hub, hub_fi
     panel.set_main_model(main)  # and a main model set later is checked on the shown header
     qtbot.waitUntil(lambda: "text-level" in panel.details.text(), timeout=WAIT_MS)
 
-    pick_repo(qtbot, panel, REPO_BIG)  # the main model itself: compatible, but no faster
-    assert "too big to speed it up" in pick_file(qtbot, panel, BIG_FILE)
+    pick_repo(qtbot, panel, REPO_BIG)  # the main model itself: it drafts, but no faster
+    assert "will not pay: it is the same model" in pick_file(qtbot, panel, BIG_FILE)
 
 
 def test_a_model_too_big_for_this_machine_says_so(qtbot, hub, monkeypatch):
@@ -334,4 +334,4 @@ def test_a_draft_that_cannot_draft_says_why(hub_files, tmp_path):
     main = read_gguf_info(hub_files["big"])
     wordpiece = read_gguf_info(write_gguf(tmp_path / "wp.gguf", tokens=make_tokens(VOCAB_SIZE, "wp"), vocab_type="bert"))
     shown = draft_html(check_draft(main, wordpiece), wordpiece, main, "Big")
-    assert "✗ not compatible: vocabulary types differ" in shown and "cannot re-tokenize drafts" in shown
+    assert "✗ cannot draft: vocabulary types differ" in shown and "cannot re-tokenize drafts" in shown

@@ -219,7 +219,7 @@ def test_models_in_the_hugging_face_cache_are_in_the_library(qtbot, data_dir, ti
 
     window = open_window(qtbot)
     cached = [e for e in window.library.entries() if e.source == "hf-cache"]
-    assert [(e.title, e.usable) for e in cached] == [("someone/tiny-GGUF/tiny-Q8_0.gguf", True)]
+    assert [(e.title, e.usable) for e in cached] == [("someone/tiny-GGUF (Q8_0)", True)]  # repo and quantization
     assert window.picker.select_main(cached[0].path)
     row = [e.path for e in window.library.entries()].index(cached[0].path)
     assert window.library.tree.topLevelItem(row).text(1) == "HF cache"

@@ -30,5 +30,5 @@ def test_download_in_discover_lands_in_the_library_and_loads(qtbot, hub, tmp_pat
     # With that main model chosen, Discover checks another file as its draft.
     assert panel._main is not None and panel._main.vocab_size == 559
     browse(qtbot, panel, REPO_SMALL, "Tiny-Llama-1L-F32.gguf")
-    qtbot.waitUntil(lambda: "compatible" in panel.details.text(), timeout=WAIT_MS)
-    assert "not compatible" not in panel.details.text()
+    qtbot.waitUntil(lambda: "As a draft for" in panel.details.text(), timeout=WAIT_MS)
+    assert "cannot draft" not in panel.details.text()

@@ -81,7 +81,7 @@ def test_download_then_models(hub, hub_files, tmp_path):
     assert got.returncode == 0 and (dest / "Tiny-Llama-2L-Q8_0.gguf").exists()
     listed = run(["models", "--json", "--no-builtin", "--dir", str(dest)], env)
     models = json.loads(listed.stdout)["models"]
-    assert [(m["source"], m["name"]) for m in models] == [("hf-cache", f"{REPO_BIG}/{BIG_FILE}"),
+    assert [(m["source"], m["name"]) for m in models] == [("hf-cache", f"{REPO_BIG} (F32)"),
                                                           ("folder", "Tiny-Llama-2L-Q8_0.gguf")]
     assert all(m["error"] is None and m["architecture"] == "llama" for m in models)
     full = run(["hub", "download", REPO_BIG, BIG_FILE], {**env, "SPECULA_FAKE_FREE_BYTES": "10"})

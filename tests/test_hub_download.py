@@ -43,7 +43,7 @@ def test_download_into_the_cache_shared_with_other_tools(hub, hub_files):
     assert download_gguf(REPO_BIG, BIG_FILE) == path and hub.cdn_bytes() == 0  # already there
     [model] = list_local_models(include_builtin=False)
     assert (model.usable, model.source, model.repo_id, model.size_bytes) == (True, "hf-cache", REPO_BIG, len(data))
-    assert model.name == f"{REPO_BIG}/{BIG_FILE}"
+    assert model.name == f"{REPO_BIG} (F32)"  # repository and quantization, as the window names it
     assert not partials() and pending_downloads() == []
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from app.engine.compat import TEXT_LEVEL, TOKEN_LEVEL, DraftCheck, check_draft
 from app.engine.errors import SpeculaError
 from app.engine.gguf_info import GGUFInfo
+from app.hub.draft_verdict import MAX_RATIO  # a draft with more than half the main's parameters saves too little
 from app.hub.errors import OfflineError
 from app.hub.library import LocalModel, list_local_models
 from app.hub.names import params_from_name, quant_label, quant_rank
@@ -33,7 +34,6 @@ from app.hub.repos import GGUFModelFile, list_gguf_files, search_gguf
 
 log = logging.getLogger(__name__)
 
-MAX_RATIO = 0.5  # a draft with more than half the main's parameters saves too little
 TARGET_RATIO = 0.1
 # Drafts are small, so their quality matters more than their size: prefer 8-bit.
 _PREFERRED_QUANTS = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "F16", "BF16")

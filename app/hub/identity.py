@@ -32,8 +32,11 @@ def table_key(info: GGUFInfo) -> tuple:
 
 
 def same_header_weights(a: GGUFInfo, b: GGUFInfo) -> bool:
-    """The two headers describe the same tensors (names, shapes, types, places, total size)."""
-    return bool(a.tensors) and table_key(a) == table_key(b)
+    """The two headers describe the same tensors (names, shapes, types, places, and the data's
+    size where both know it: a header read over HTTP may not know the file's size)."""
+    (size_a, tensors_a), (size_b, tensors_b) = table_key(a), table_key(b)
+    sizes_agree = size_a is None or size_b is None or size_a == size_b
+    return bool(tensors_a) and tensors_a == tensors_b and sizes_agree
 
 
 def same_weights(a: GGUFInfo, b: GGUFInfo) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from app.engine.gguf_info import GGUFInfo, read_gguf_info
 from app.hub import builtin
 from app.hub.disk import hub_cache_dir
 from app.hub.errors import HubError
-from app.hub.names import is_model_file, split_name
+from app.hub.identity import same_weights
+from app.hub.names import is_model_file, model_title, split_name
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,13 @@ _INFO_CACHE: dict[tuple[str, int, int], GGUFInfo | str] = {}
 class LocalModel:
     path: Path  # the file, or the first part of a split model
     source: str  # "builtin" | "hf-cache" | "folder"
-    name: str  # display name, e.g. "SmolLM2 135M Instruct (Q4_1)" or "repo/file.gguf"
+    name: str  # display name, e.g. "SmolLM2 135M Instruct (Q4_1)" or "owner/repo-GGUF (Q4_K_M)"
     repo_id: str | None
     size_bytes: int
     info: GGUFInfo | None = field(repr=False)  # header facts; None when unreadable
     error: str | None  # why it is unusable, else None
     parts: tuple[Path, ...] = field(default=())  # every file of the model (split parts)
+    same_as: str | None = None  # the built-in model with these very weights (a downloaded copy)
 
     @property
     def usable(self) -> bool:
@@ -58,6 +60,7 @@ class LocalModel:
             "context_length": info.context_length if info else None,
             "vocab_size": info.vocab_size if info else None,
             "has_chat_template": info.has_chat_template if info else None,
+            "same_as": self.same_as,
         }
 
 
@@ -144,9 +147,19 @@ def cache_models() -> list[LocalModel]:
             by_path = {f.file_path: f for _, f in files}
             for rel, parts in _group_split((rel, f.file_path) for rel, f in files).items():
                 seen_blobs.update(by_path[p].blob_path for p in parts)
-                models.append(_model(parts, "hf-cache", f"{repo.repo_id}/{rel}", repo.repo_id,
-                                     [by_path[p].size_on_disk for p in parts]))
-    return models
+                model = _model(parts, "hf-cache", f"{repo.repo_id}/{rel}", repo.repo_id,
+                               [by_path[p].size_on_disk for p in parts])
+                models.append(replace(model, name=model_title(repo.repo_id, rel,
+                                                              model.info.file_type if model.info else None)))
+    return _unique_names(models)
+
+
+def _unique_names(models: list[LocalModel]) -> list[LocalModel]:
+    """Two files of one repository with one quantization keep their file names apart."""
+    count: dict[str, int] = {}
+    for m in models:
+        count[m.name] = count.get(m.name, 0) + 1
+    return [replace(m, name=f"{m.name} · {m.path.name}") if count[m.name] > 1 else m for m in models]
 
 
 def folder_models(folder: Path) -> list[LocalModel]:
@@ -180,6 +193,17 @@ def list_local_models(extra_folders: Sequence[Path] = (), include_builtin: bool 
         if real not in seen:
             seen.add(real)
             out.append(model)
+    return _mark_builtin_copies(out)
+
+
+def _mark_builtin_copies(models: list[LocalModel]) -> list[LocalModel]:
+    """A downloaded copy of a built-in model says so (same_as): it is already here."""
+    builtins = [m for m in models if m.source == "builtin" and m.usable]
+    out = []
+    for m in models:
+        twin = None if m.source == "builtin" or not m.usable else next(
+            (b.name for b in builtins if same_weights(b.info, m.info)), None)
+        out.append(replace(m, same_as=twin) if twin else m)
     return out
 
 

@@ -98,3 +98,13 @@ def quant_rank(label: str | None) -> int:
         if bare.startswith(prefix):
             return rank
     return len(_QUANT_ORDER)
+
+
+def model_title(repo_id: str, path: str, file_type: str | None = None) -> str:
+    """How the window names a downloaded model: its repository and quantization,
+    "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF (Q4_1)" - never a cache path, never the file's
+    internal general.name. The quantization is the file name's, else the header's file type;
+    with neither, the file's name stands in."""
+    quant = quant_label(path) or file_type
+    return f"{repo_id} ({quant})" if quant else f"{repo_id} ({path.rsplit('/', 1)[-1]})"
+

@@ -161,10 +161,11 @@ class DiscoverPanel(QWidget):
 
     # --- public API ---------------------------------------------------------------------------
 
-    def set_main_model(self, info: GGUFInfo | None) -> None:
-        """The chosen main model's header: the selected file is re-checked as a draft for it."""
+    def set_main_model(self, info: GGUFInfo | None, title: str | None = None) -> None:
+        """The chosen main model's header, and its name as the library shows it (never the
+        file's internal general.name): the selected file is re-checked as a draft for it."""
         self._main = info
-        self._main_name = (info.name or Path(info.path).name) if info is not None else None
+        self._main_name = (title or Path(info.path).name) if info is not None else None
         if self._facts is None:
             return
         if info is None:
@@ -294,6 +295,10 @@ class DiscoverPanel(QWidget):
         if self._facts is None or self._file is None:
             return
         body = text.facts_html(self._facts, self._file.size_bytes, self._main, self._main_name)
+        item = self._file_item(self._file.filename)
+        if self._facts.same_as and item is not None and not item.text(2):
+            item.setText(2, "built-in")
+        self._update_download_button()
         note = text.split_note(self._file)
         if note:
             body += f"<br><span style='color:{text.BAD}'>{html.escape(note)}</span>"
@@ -303,8 +308,11 @@ class DiscoverPanel(QWidget):
         f, listing = self._file, self._listing
         state = text.file_state(listing, f) if f is not None and listing is not None else ""
         label, note = "Download", ""
+        twin = self._facts.same_as if self._facts is not None else None
         if state == "downloaded":
             label, note = "Add to library", "already in the Hugging Face cache"
+        elif twin:
+            note = f"already here as the built-in {twin}: no need to download it"
         elif state.startswith("partial"):
             label, note = "Resume download", f"{state.removeprefix('partial ')} kept from an earlier try"
         elif f is not None:
@@ -399,7 +407,7 @@ class DiscoverPanel(QWidget):
         elif channel == HEADER:
             self._facts, self._machine = result, result.machine
             if self._header_main is not self._main:  # the main model changed while reading
-                self.set_main_model(self._main)
+                self.set_main_model(self._main, self._main_name)
             self._show_facts()
         elif channel == COMPAT and self._facts is not None:
             self._facts = dataclasses.replace(self._facts, compat=result)

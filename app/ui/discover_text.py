@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.hub.draft_verdict import FAILS, NO_GAIN, PAYS, draft_verdict
 from app.ui.format import relative_time
 from app.ui.library import count_text, fact_parts
 
@@ -19,8 +21,10 @@ if TYPE_CHECKING:  # types only: the hub modules load on the worker threads (see
     from app.hub.repos import GGUFModelFile, RepoResult
     from app.worker.hub_tasks import FileFacts, RepoFiles
 
-GOOD, BAD = "#15803d", "#b91c1c"  # readable on light and dark backgrounds alike
-DRAFT_MAX_RATIO = 0.5  # app.hub.drafts.MAX_RATIO: a bigger draft saves too little to help
+GOOD, WARN, BAD = "#15803d", "#b45309", "#b91c1c"  # readable on light and dark backgrounds alike
+# One colour and mark per draft verdict (app.hub.draft_verdict): works and pays, works but will
+# not pay, does not work.
+VERDICT_STYLE = {PAYS: (GOOD, "✓"), NO_GAIN: (WARN, "!"), FAILS: (BAD, "✗")}
 
 
 def updated_text(when: datetime | None) -> str:
@@ -75,22 +79,15 @@ def _coloured(ok: bool, text: str) -> str:
 
 
 def draft_html(compat: DraftCheck | None, draft: GGUFInfo, main: GGUFInfo | None, main_name: str | None) -> str:
-    """'Draft for X: compatible' (or 'text-level: ...') / 'not compatible: reason', or how to get
-    the check."""
+    """'As a draft for X: ✓ ...' in the verdict's one colour (app.hub.draft_verdict), X named as
+    the library names it; or how to get the check."""
     if main is None or compat is None:
         return html.escape("Draft check: choose a main model first.")
-    who = html.escape(main_name or main.name or main.architecture)
-    if not compat.compatible:
-        return f"Draft for <b>{who}</b>: " + _coloured(False, f"not compatible: {compat.reason}")
-    ratio = draft.n_params / max(main.n_params, 1)
-    if ratio > DRAFT_MAX_RATIO:
-        return (f"Draft for <b>{who}</b>: " +
-                _coloured(True, f"compatible, but {ratio:.0%} of its size: too big to speed it up"))
-    if compat.text_level:
-        return (f"Draft for <b>{who}</b>: " +
-                _coloured(True, f"text-level ({ratio:.0%} of its size): another vocabulary, so its drafts "
-                                f"are re-tokenized, and each step costs more than a same-vocabulary draft's"))
-    return f"Draft for <b>{who}</b>: " + _coloured(True, f"compatible ({ratio:.0%} of its size)")
+    who = html.escape(main_name or Path(main.path).name)
+    verdict = draft_verdict(compat, draft, main, local=False)  # the draft's header came over HTTP
+    colour, mark = VERDICT_STYLE[verdict.kind]
+    return (f"As a draft for <b>{who}</b>: "
+            f"<span style='color:{colour}'>{mark} {html.escape(verdict.text)}</span>")
 
 
 def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_name: str | None) -> str:
@@ -104,6 +101,8 @@ def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_na
         html.escape(" · ".join(parts)),
         f"{info.n_layers} layers · {format_bytes(size_bytes)} to download",
         _coloured(facts.fit.fits, facts.fit.reason),
+        *([f"<span style='color:{GOOD}'>✓ already here: the built-in {html.escape(facts.same_as)} "
+           f"is this model</span>"] if facts.same_as else []),
         draft_html(facts.compat, info, main, main_name),
         f"<span style='font-size:small'>header read with {facts.requests} range "
         f"request{'s' if facts.requests != 1 else ''}: {format_bytes(facts.bytes_read)}</span>",

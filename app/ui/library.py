@@ -29,6 +29,7 @@ class LibraryEntry:
     source: str  # BUILTIN, CACHE, FOLDER or FILE
     info: GGUFInfo | None = None
     error: str | None = None  # why it cannot be used (not a GGUF, truncated, not installed)
+    same_as: str | None = None  # the built-in model this file is a copy of (the same weights)
 
     @property
     def usable(self) -> bool:
@@ -38,7 +39,8 @@ class LibraryEntry:
         """One line of header facts: 'llama · 135M params · Q4_1 · ctx 8,192 · vocab 49,152'."""
         if self.info is None:
             return self.error or "unreadable"
-        return " · ".join(fact_parts(self.info))
+        note = [f"the same model as the built-in {self.same_as}"] if self.same_as else []
+        return " · ".join(fact_parts(self.info) + note)
 
 
 def fact_parts(info: GGUFInfo) -> list[str]:
@@ -73,7 +75,7 @@ def _entry(model: LocalModel) -> LibraryEntry:
     if model.source == FOLDER:
         title = model.info.name if model.info is not None and model.info.name else Path(model.name).name
     return LibraryEntry(str(model.path), title, model.source, model.info if model.usable else None,
-                        None if model.usable else model.error or "unreadable")
+                        None if model.usable else model.error or "unreadable", model.same_as)
 
 
 def scan_library(files: Iterable[str], folders: Iterable[str], builtins: bool = True) -> list[LibraryEntry]:

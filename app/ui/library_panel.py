@@ -40,6 +40,8 @@ PATH_ROLE = Qt.ItemDataRole.UserRole
 def row_texts(entry: LibraryEntry) -> list[str]:
     info = entry.info
     source = SOURCE_TEXT.get(entry.source, entry.source)
+    if entry.same_as:  # a download of a built-in model: it was already here
+        source += " (= built-in)"
     if info is None:
         return [entry.title, source, "unusable", "", ""]
     return [entry.title, source, info.architecture, count_text(info.n_params), info.file_type or "?"]

@@ -283,7 +283,7 @@ class MainWindow(QMainWindow):
     def _on_pair_selection(self) -> None:
         """Discover judges files as drafts for the main model chosen here."""
         main = self.picker.main_entry()
-        self.discover.set_main_model(main.info if main is not None else None)
+        self.discover.set_main_model(main.info if main is not None else None, main.title if main is not None else None)
 
     def _on_main_chosen(self, path: str) -> None:
         self.picker.select_main(path)

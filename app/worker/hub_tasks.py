@@ -90,6 +90,7 @@ class FileFacts:
     bytes_read: int  # header bytes fetched with range requests
     requests: int
     machine: MachineMemory  # measured once per panel, passed back in on the next read
+    same_as: str | None = None  # the built-in model holding these very weights: already here
 
 
 def search_repos(query: str, sort: str, limit: int) -> list:
@@ -143,7 +144,15 @@ def read_file_facts(repo_id: str, filename: str, main: GGUFInfo | None,
     fit = fits_this_machine(header.info, machine=machine)
     compat = check_pair(main, header.info) if main is not None else None
     return FileFacts(repo_id, filename, header.info, fit, compat, header.bytes_transferred,
-                     header.requests, machine)
+                     header.requests, machine, builtin_twin(header.info))
+
+
+def builtin_twin(info: GGUFInfo) -> str | None:
+    """The title of the built-in model with the same weights as this header, else None."""
+    from app.hub.identity import same_header_weights
+    from app.hub.library import builtin_models
+
+    return next((m.name for m in builtin_models() if m.info is not None and same_header_weights(m.info, info)), None)
 
 
 def check_draft(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:

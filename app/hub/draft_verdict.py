@@ -1,0 +1,48 @@
+"""Will this model speed that one up as its draft? One verdict of three, in a person's words.
+
+PAYS: it can draft (token by token, or through text: "text-level") and is small enough to save
+time. NO_GAIN: it can draft, but will not pay: too big (more than MAX_RATIO of the main model's
+parameters) or the main model's own weights (it would draft exactly what the main model writes, at
+the main model's cost). FAILS: it cannot draft for it, with the reason. Each verdict has one
+colour wherever it is shown. Decided on headers alone (no Qt, no torch, no network).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.compat import DraftCheck
+from app.engine.gguf_info import GGUFInfo
+from app.hub.identity import same_header_weights, same_weights
+
+PAYS, NO_GAIN, FAILS = "pays", "no-gain", "fails"
+MAX_RATIO = 0.5  # a draft with more than half the main's parameters saves too little
+TEXT_LEVEL_COST = "another vocabulary: its drafts are re-tokenized, so each step costs more"
+
+
+@dataclass(frozen=True)
+class DraftVerdict:
+    kind: str  # PAYS, NO_GAIN or FAILS
+    text: str  # one line, without the main model's name: "text-level, 8% of its size: ..."
+
+    @property
+    def works(self) -> bool:
+        return self.kind != FAILS
+
+
+def draft_verdict(check: DraftCheck, draft: GGUFInfo, main: GGUFInfo, local: bool = True) -> DraftVerdict:
+    """The verdict on `draft` drafting for `main`, given the engine's check of the two headers.
+    `local`: both files are on this disk (the weights' identity is then checked on their bytes)."""
+    if not check.compatible:
+        return DraftVerdict(FAILS, f"cannot draft: {check.reason}")
+    level = "text-level" if check.text_level else "same vocabulary"
+    if (same_weights if local else same_header_weights)(main, draft):
+        return DraftVerdict(NO_GAIN, "works, but will not pay: it is the same model (the same weights), "
+                                     "so it would draft for itself at its own cost")
+    ratio = draft.n_params / max(main.n_params, 1)
+    if ratio > MAX_RATIO:
+        return DraftVerdict(NO_GAIN, f"works ({level}), but will not pay: {ratio:.0%} of its size; "
+                                     f"a draft must be well under half the main model's size")
+    if check.text_level:
+        return DraftVerdict(PAYS, f"text-level draft, {ratio:.0%} of its size ({TEXT_LEVEL_COST})")
+    return DraftVerdict(PAYS, f"drafts token by token (same vocabulary), {ratio:.0%} of its size")
