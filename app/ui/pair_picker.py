@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.compat import DraftCheck, check_draft
-from app.ui.draft_labels import draft_title, draft_tooltip
+from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.library import LibraryEntry
 from app.ui.offload import OffloadControl
 from app.ui.paths import data_dir
@@ -291,16 +291,19 @@ class PairPicker(QWidget):
             item = QStandardItem(text)
             item.setData(item_kind, KIND_ROLE)
             model.appendRow(item)
+        itself = set()  # copies of the main model's weights: offered, marked, never kept as the choice
         for entry in self._entries:
             if main is None or not entry.usable or entry.path == main.path:
                 continue
-            item = _draft_item(entry, main, check_draft(main.info, entry.info))
-            model.appendRow(item)
+            same = is_same_model(entry, main)
+            if same:
+                itself.add(entry.path)
+            model.appendRow(_draft_item(entry, main, check_draft(main.info, entry.info), same))
         self.draft_combo.blockSignals(True)
         self.draft_combo.setModel(model)
         self.draft_combo.blockSignals(False)
         self.draft_combo.blockSignals(True)
-        if not self.select_draft(kind, path):
+        if (kind == MODEL and path in itself) or not self.select_draft(kind, path):
             self.select_draft(LOOKUP)
         self.draft_combo.blockSignals(False)
         self._show_draft()
@@ -324,12 +327,12 @@ class PairPicker(QWidget):
         self.draft_offload.setVisible(self.draft_choice()[0] == MODEL)
 
 
-def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck) -> QStandardItem:
-    item = QStandardItem(draft_title(entry.title, check))
+def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same: bool = False) -> QStandardItem:
+    item = QStandardItem(draft_title(entry.title, check, same))
     item.setData(MODEL, KIND_ROLE)
     item.setData(entry.path, PATH_ROLE)
     item.setEnabled(bool(check))
-    item.setToolTip(draft_tooltip(entry, main, check))
+    item.setToolTip(draft_tooltip(entry, main, check, same))
     return item
 
 
