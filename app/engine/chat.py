@@ -35,6 +35,18 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ("\nUser:",)
 
 
+def plain_text(messages: list[dict[str, str]]) -> str:
+    """Plain completion (base models, which have no chat template): the conversation as the one
+    text it is, without the fallback's made-up "User:"/"Assistant:" roles. A reply continues the
+    text before it; the user's next words start a new line after a reply."""
+    text = ""
+    for message in messages:
+        if text and message["role"] != "assistant" and not text.endswith("\n"):
+            text += "\n"
+        text += message["content"]
+    return text
+
+
 def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
@@ -181,13 +193,15 @@ class ChatSession:
     system_prompt: str | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
     min_reply_tokens: int = 64  # room kept free for the answer when trimming old turns
+    plain: bool = False  # plain completion: the model continues the text (plain_text), no roles
 
     def prompt_ids(self) -> list[int]:
         """The prompt for the next reply, leaving out the oldest turns if it would not fit."""
         turns = list(self.messages)
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         while True:
-            ids = render_prompt(self.tokenizer, head + turns)
+            ids = (self.tokenizer.encode(plain_text(head + turns)) if self.plain
+                   else render_prompt(self.tokenizer, head + turns))
             if len(ids) + self.min_reply_tokens <= self.main.n_ctx:
                 if len(turns) < len(self.messages):
                     log.info("context full: left out %d old messages", len(self.messages) - len(turns))
@@ -209,7 +223,7 @@ class ChatSession:
         """Add the user's message, stream the reply, and keep it (also a partial one)."""
         self.messages.append({"role": "user", "content": user_text})
         stops = settings.stop_strings
-        if not has_chat_template(self.tokenizer):
+        if not has_chat_template(self.tokenizer) and not self.plain:
             stops = tuple(stops) + FALLBACK_STOPS
         settings = DecodeSettings(**{**settings.__dict__, "stop_strings": tuple(stops)})
         try:

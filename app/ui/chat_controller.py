@@ -230,7 +230,8 @@ class ChatController(QObject):
         self._render()
         self.charts.reset(time.monotonic())
         self.charts.set_reference_tps(self.reference_tps(self._loaded_main()))
-        request = ChatRequest(tuple(history), user_text, self.panel.system_prompt.toPlainText(), settings)
+        request = ChatRequest(tuple(history), user_text, self.panel.system_prompt.toPlainText(), settings,
+                              plain=self.panel.plain_toggle.isChecked())
         self._timer.start()
         self.busyChanged.emit(True)
         self.host.generate(request)

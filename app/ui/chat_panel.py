@@ -43,6 +43,14 @@ class MessageBox(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+CHAT_PLACEHOLDER = "Message… (Enter sends, Shift+Enter for a new line, Esc stops)"
+PLAIN_PLACEHOLDER = "Text for the model to continue… (Enter sends, Shift+Enter for a new line, Esc stops)"
+PLAIN_TEXT = "Plain completion"
+PLAIN_TIP = ("Send the conversation as plain text for the model to continue, with no chat roles. "
+             "A base model (one without a chat template) was not trained to answer: it continues "
+             "text, so plain completion is how to use it; a chat model answers better without it.")
+
+
 class ChatPanel(QWidget):
     sendRequested = Signal(str)
     stopRequested = Signal()
@@ -81,9 +89,14 @@ class ChatPanel(QWidget):
         self.regenerate_button.setToolTip("Write a new version of the last reply; the earlier versions "
                                           "are kept (switch with ‹ › above the reply)")
         self.regenerate_button.clicked.connect(self.regenerateRequested)
+        self.plain_toggle = QCheckBox(PLAIN_TEXT)
+        self.plain_toggle.setToolTip(PLAIN_TIP)
+        self.plain_toggle.toggled.connect(self._show_plain)
+        self._base_model = False
         tools = QHBoxLayout()
         tools.addWidget(swatch)
         tools.addWidget(self.mark_toggle)
+        tools.addWidget(self.plain_toggle)
         tools.addStretch(1)
         tools.addWidget(self.regenerate_button)
 
@@ -99,7 +112,7 @@ class ChatPanel(QWidget):
         self.edit_banner.hide()
 
         self.input = MessageBox()
-        self.input.setPlaceholderText("Message… (Enter sends, Shift+Enter for a new line, Esc stops)")
+        self.input.setPlaceholderText(CHAT_PLACEHOLDER)
         self.input.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
         self.input.submitted.connect(self._on_send)
         self.send_button = QPushButton("Send")
@@ -135,6 +148,17 @@ class ChatPanel(QWidget):
 
     def empty_state_shown(self) -> bool:
         return self.view_stack.currentWidget() is self.empty_state
+
+    def set_base_model(self, base: bool) -> None:
+        """A model was loaded: a base model (no chat template) turns plain completion on, and says
+        why; a chat model turns it off (the user may still tick it)."""
+        self._base_model = base
+        self.plain_toggle.setText(PLAIN_TEXT + (" (base model: it continues your text)" if base else ""))
+        self.plain_toggle.setChecked(base)
+        self._show_plain(base)
+
+    def _show_plain(self, plain: bool) -> None:
+        self.input.setPlaceholderText(PLAIN_PLACEHOLDER if plain else CHAT_PLACEHOLDER)
 
     def set_generating(self, generating: bool) -> None:
         self.send_button.setEnabled(not generating)

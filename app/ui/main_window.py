@@ -231,6 +231,7 @@ class MainWindow(QMainWindow):
         self.picker.set_loaded(facts, spec)
         self.serve_panel.set_available(True)
         self.panel.send_button.setEnabled(True)
+        self.panel.set_base_model(not facts.get("chat_template", True))  # base models: plain completion
         self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
         self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
         drafter = DRAFTER_TEXT.get(facts["drafter"], facts.get("draft_name"))

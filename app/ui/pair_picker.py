@@ -137,7 +137,7 @@ class PairPicker(QWidget):
         self._entries = list(entries)
         model = QStandardItemModel(self.main_combo)
         for entry in entries:
-            item = QStandardItem(entry.title if entry.usable else f"{entry.title} — unusable")
+            item = QStandardItem(main_title(entry))
             item.setData(entry.path, PATH_ROLE)
             item.setToolTip(entry.facts() if entry.usable else entry.error or "")
             item.setEnabled(entry.usable)
@@ -277,7 +277,7 @@ class PairPicker(QWidget):
 
     def _on_main_changed(self, _index: int = 0) -> None:
         main = self.main_entry()
-        self.main_facts.setText(main.facts() if main is not None else "Add a GGUF file in the Library tab.")
+        self.main_facts.setText(main_facts_text(main))
         self.main_offload.set_model(main.info if main is not None else None)
         self._fill_drafts(main)
         self.load_button.setEnabled(main is not None and not self._loading)
@@ -334,6 +334,24 @@ def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same
     item.setEnabled(bool(check))
     item.setToolTip(draft_tooltip(entry, main, check, same))
     return item
+
+
+BASE_MODEL_NOTE = ("Base model: it has no chat template, so it was not trained to answer; it continues "
+                   "the text it is given. The chat sends your text as plain completion for it.")
+
+
+def main_title(entry: LibraryEntry) -> str:
+    """A main model's line in the list: its title, marked when it is unusable or a base model."""
+    if not entry.usable:
+        return f"{entry.title} — unusable"
+    return entry.title if entry.info.has_chat_template else f"{entry.title} — base model (continues text)"
+
+
+def main_facts_text(main: LibraryEntry | None) -> str:
+    """The facts under the main model's list, with the base-model note where it applies."""
+    if main is None:
+        return "Add a GGUF file in the Library tab."
+    return main.facts() if main.info.has_chat_template else f"{main.facts()}\n{BASE_MODEL_NOTE}"
 
 
 def plan_text(facts: dict[str, Any]) -> str:

@@ -136,7 +136,8 @@ class ModelHost(QObject):
                 raise SpeculaError("no model is loaded: pick a main model and press Load")
             settings = decode_settings(request.settings)
             session = ChatSession(
-                pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages()
+                pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages(),
+                plain=request.plain,
             )
             for event in session.reply(request.user_text, pair.drafter, settings, cancel.is_set):
                 if isinstance(event, DoneEvent):

@@ -90,6 +90,7 @@ class ChatRequest:
     user_text: str
     system_prompt: str = ""
     settings: GenSettings = GenSettings()
+    plain: bool = False  # plain completion: the model continues the conversation's text, no chat roles
 
     def messages(self) -> list[dict[str, str]]:
         return [{"role": role, "content": content} for role, content in self.history]
