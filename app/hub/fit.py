@@ -89,7 +89,10 @@ def memory_need(info: GGUFInfo, *, dtype: str = "bfloat16", on_cpu: bool = True,
     int4 = int4 and (measured or weights != info.memory_bytes(kv_dtype, int4=False))
     kv = info.kv_bytes_per_token(kv_dtype, cpu=on_cpu) * n_ctx
     loading = max((t.n_elements for t in info.tensors), default=0) * 4
-    return MemoryNeed(weights, kv, loading, n_ctx, kind or dtype + (" + int4" if int4 else ""), measured)
+    kind = kind or dtype + (" + int4" if int4 else "")
+    # llama.cpp keeps each tensor in the file's own type: say so, not the backend's tag "gguf".
+    kind = kind.replace("gguf", "the file's own types")
+    return MemoryNeed(weights, kv, loading, n_ctx, kind, measured)
 
 
 @dataclass(frozen=True)
