@@ -36,6 +36,7 @@ class StreamingReply:
         self.spans: list[list[int]] = []
         self.dirty = False
         self.n_steps = 0
+        self.stopping = False  # Stop was asked for
 
     def add(self, event: Any) -> None:
         """One StepEvent: the first draft_chars characters of its text are accepted draft text."""
@@ -215,6 +216,7 @@ class ChatController(QObject):
     def stop(self) -> None:
         if self.busy:
             self.host.cancel()
+            self.stream.stopping = True
             self.message.emit("stopping…")
 
     def _history(self) -> list[tuple[str, str]]:
@@ -280,6 +282,8 @@ class ChatController(QObject):
             self.message.emit(f"reply failed: {error}")
         elif summary is not None:
             self._remember_reference(summary)
+        if not error and stream.stopping:  # "stopping…" must not outlive the stop
+            self.message.emit("stopped: the reply so far is kept")
         self.panel.set_generating(False)
         self.charts.redraw()
         if stream.chat_id == self.chat_id:

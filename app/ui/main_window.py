@@ -107,7 +107,7 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setWidget(model_page)
         self.models_tabs = QTabWidget()
-        self.models_tabs.addTab(scroll, "Model")
+        self.models_tabs.addTab(_with_footer(scroll, self._load_row()), "Model")
         self.models_tabs.addTab(self.library, "Library")
         self.discover = DiscoverPanel()
         self.add_models_tab(self.discover, "Discover")
@@ -128,7 +128,9 @@ class MainWindow(QMainWindow):
         self.right_splitter = QSplitter(Qt.Orientation.Vertical)
         self.right_splitter.addWidget(self.models_tabs)
         self.right_splitter.addWidget(charts_box)
-        self.right_splitter.setSizes([400, 500])
+        # One height for every tab (no jump when switching): the Model tab's settings scroll above
+        # its Load row, which stays in sight; the charts keep the rest.
+        self.right_splitter.setSizes([540, 360])
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
         self.main_splitter.addWidget(self.chat_list)
         self.main_splitter.addWidget(self.panel)
@@ -159,6 +161,20 @@ class MainWindow(QMainWindow):
         view_menu.addAction(_action(self, "&Compare drafts…", "Ctrl+Shift+D", self.open_compare))
         escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         escape.activated.connect(self.on_escape)
+
+    def _load_row(self) -> QWidget:
+        """The picker's Load, Cancel, progress and state line, pinned under the Model tab's
+        scrolling settings so that Load is always in sight (1440x900 left it below the fold)."""
+        row = QWidget()
+        layout = QVBoxLayout(row)
+        layout.setContentsMargins(8, 4, 8, 4)
+        buttons = QHBoxLayout()
+        for widget in (self.picker.load_button, self.picker.cancel_button):
+            buttons.addWidget(widget)
+        buttons.addWidget(self.picker.progress, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.picker.state_label)
+        return row
 
     def add_models_tab(self, widget: QWidget, title: str) -> None:
         """Where the Discover panel (hub search and downloads) goes."""
@@ -271,15 +287,8 @@ class MainWindow(QMainWindow):
         self.show_message(f"downloaded {Path(path).name}: it is in the library")
 
     def _on_models_tab(self, index: int) -> None:
-        """Discover needs room for two lists and the file's facts: give it most of the column
-        while it is shown, and the charts their space back afterwards."""
-        total = sum(self.right_splitter.sizes())
-        if self.models_tabs.widget(index) is self.discover:
-            self._charts_share = self.right_splitter.sizes()
-            self.right_splitter.setSizes([int(total * 0.75), total - int(total * 0.75)])
-        elif getattr(self, "_charts_share", None):
-            self.right_splitter.setSizes(self._charts_share)
-            self._charts_share = None
+        """The tabs share one height (the column does not jump when switching); the user's
+        splitter position is the same for all of them."""
 
     def _on_pair_selection(self) -> None:
         """Discover judges files as drafts for the main model chosen here."""
@@ -433,6 +442,16 @@ class MainWindow(QMainWindow):
         self.thread_stuck = not stopped
         wait_for_tasks(3000)
         self.store.close()
+
+
+def _with_footer(body: QWidget, footer: QWidget) -> QWidget:
+    page = QWidget()
+    layout = QVBoxLayout(page)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(body, 1)
+    layout.addWidget(footer)
+    return page
 
 
 def _action(parent: QWidget, text: str, shortcut, slot) -> QAction:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsOpacityEffect, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
 from app.hub.fit import memory_need
@@ -25,6 +25,8 @@ class OffloadControl(QWidget):
         # "keep quantized" choice it was loaded with: its estimate is the measured plan's.
         self._loaded: tuple[dict[str, Any], bool] | None = None
         self.slider = QSlider(Qt.Orientation.Horizontal)
+        self._fade = QGraphicsOpacityEffect(self.slider)
+        self.slider.setGraphicsEffect(self._fade)
         self.slider.setToolTip(
             "Layers computed on the GPU (llama.cpp's -ngl). At the right end all layers are on "
             "the GPU; at the left end the model runs on the CPU only."
@@ -90,6 +92,8 @@ class OffloadControl(QWidget):
         info, devices = self._info, self._devices
         gpu = self.has_gpu()
         self.slider.setEnabled(gpu and info is not None)
+        # Some styles draw a disabled slider like an enabled one: fade it, so "no GPU" shows.
+        self._fade.setOpacity(1.0 if self.slider.isEnabled() else 0.35)
         n, total = self.slider.value(), self.slider.maximum()
         if not gpu:
             self.value_label.setText("CPU only")

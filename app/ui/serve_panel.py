@@ -50,6 +50,7 @@ class ServePanel(QGroupBox):
         self.toggle.toggled.connect(self._on_toggled)
         self._settings: QSettings | None = None
         self._wanted_on = False  # the user's last choice: serve each model loaded
+        self._available = False  # a model is loaded
         self._key_needed = False  # it was on with a key, which is not stored
         self.set_available(False)
 
@@ -85,6 +86,7 @@ class ServePanel(QGroupBox):
 
     def set_available(self, available: bool, reason: str = "load a model to serve it") -> None:
         """A model was loaded (available) or is gone; a server left on starts with the new one."""
+        self._available = available
         self.toggle.setEnabled(available or self.toggle.isChecked())
         if available and self._wanted_on and not self.toggle.isChecked():
             self.toggle.setChecked(True)  # starts it (toggled)
@@ -102,6 +104,8 @@ class ServePanel(QGroupBox):
     def set_stopped(self, note: str = "") -> None:
         self._set_checked(False)
         self.status.setText(f"Off{f' ({note})' if note else ''}")
+        if self._available and self._wanted_on:  # the replaced model's server: serve the new one
+            self.toggle.setChecked(True)
 
     def set_failed(self, message: str) -> None:
         self._set_checked(False)
