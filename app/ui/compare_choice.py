@@ -59,8 +59,8 @@ class FastestRow(QWidget):
 def applied_text(choice: Fastest, main_title: str, draft_title: str | None) -> str:
     """The main window's status line once the choice is in the pair picker."""
     if choice.drafter == NONE:
-        return (f"From the comparison: speculation did not pay off here, so {main_title} with no draft — "
-                "press Load")
+        return (f"From the comparison: no drafter was clearly faster than plain decoding here, so "
+                f"{main_title} with no draft — press Load")
     if choice.drafter == MODEL:
         draft = draft_title or Path(choice.draft_path or "").stem
     else:  # an n-gram kind: what the pair picker calls it
