@@ -20,12 +20,15 @@ def make_tokens(n: int, prefix: str = "tok") -> list[str]:
     return (specials + [f"{prefix}{i}" for i in range(len(specials), n)])[:n]
 
 
-def small_tensors(vocab_size: int, n_embd: int = 64, seed: int = 0) -> dict[str, tuple[np.ndarray, Q]]:
-    """token_embd F16, one Q8_0 projection, an F32 norm: one tensor of each writable kind."""
+def small_tensors(vocab_size: int, n_embd: int = 64, seed: int = 0, n_layers: int = 2) -> dict[str, tuple[np.ndarray, Q]]:
+    """token_embd F16, a Q8_0 projection per layer, an F32 norm: one tensor of each writable kind,
+    and a layer for each of the header's (the reader refuses a block_count the tensors lack)."""
     rng = np.random.default_rng(seed)
+    layers = {f"blk.{i}.attn_q.weight": (rng.standard_normal((n_embd, n_embd)).astype(np.float32), Q.Q8_0)
+              for i in range(n_layers)}
     return {
         "token_embd.weight": (rng.standard_normal((vocab_size, n_embd)).astype(np.float16), Q.F16),
-        "blk.0.attn_q.weight": (rng.standard_normal((n_embd, n_embd)).astype(np.float32), Q.Q8_0),
+        **layers,
         "output_norm.weight": (np.ones(n_embd, dtype=np.float32), Q.F32),
     }
 
@@ -56,7 +59,7 @@ def write_gguf(
     """Write a GGUF file; `tensors` maps name -> (float array, ggml type to store it as)."""
     tokens = make_tokens(256) if tokens is None else list(tokens)
     if tensors is None:
-        tensors = small_tensors(len(tokens), n_embd)
+        tensors = small_tensors(len(tokens), n_embd, n_layers=n_layers)
     w = gguf.GGUFWriter(path, arch)
     if name is not None:
         w.add_name(name)

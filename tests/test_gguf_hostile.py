@@ -67,7 +67,7 @@ def test_header_disagreeing_with_tensors_is_refused_before_building(tiny_model, 
 def test_vocabulary_size_against_embedding(tmp_path):
     ok = write_gguf(tmp_path / "ok.gguf", n_layers=1)
     check_tensor_table(read_gguf_info(ok))
-    bad = write_gguf(tmp_path / "bad.gguf", n_layers=1, tokens=make_tokens(300), tensors=small_tensors(256))
+    bad = write_gguf(tmp_path / "bad.gguf", n_layers=1, tokens=make_tokens(300), tensors=small_tensors(256, n_layers=1))
     with pytest.raises(ModelFileError, match="tokenizer.ggml.tokens has 300 tokens but token_embd.weight has 256 rows"):
         check_tensor_table(read_gguf_info(bad))
 
@@ -285,3 +285,65 @@ def test_fuzzed_headers_give_only_model_file_errors(tmp_path):
             except ModelFileError as exc:
                 assert "\n" not in str(exc)
     assert cases > 200
+
+
+# --- header keys beyond the tensors, on every entry ----------------------------------------------
+
+# Keys transformers' config believes (fastload.config_dict) that the tensors contradict: each sized
+# calibrate's shaped model (2,000,000 tokens: 68 s to a 15 GB peak on SmolLM2) or raised inside it.
+BEYOND = [("llama.vocab_size", 2_000_000), ("llama.vocab_size", 10**9),
+          ("llama.feed_forward_length", 0), ("llama.feed_forward_length", 10**6),
+          ("llama.rope.dimension_count", 0), ("llama.rope.dimension_count", 10**5),
+          ("llama.rope.dimension_count", 6)]
+
+
+def _edited(tiny_model: Path, folder: Path, key: str, value: int) -> Path:
+    bad = folder / f"{key.split('.', 1)[1].replace('.', '-')}-{value}.gguf"
+    shutil.copyfile(tiny_model, bad)
+    set_scalar(bad, key, value)
+    return bad
+
+
+@pytest.mark.parametrize("key, value", BEYOND)
+def test_keys_beyond_the_tensors_are_refused_by_the_header_reader(tiny_model, tmp_path, key, value):
+    from app.engine import fastload
+    from app.hub.library import list_local_models
+    from app.ui.library import scan_library
+
+    bad = _edited(tiny_model, tmp_path, key, value)
+    for read in (read_gguf_info, lambda p: fastload.config_dict(read_gguf_info(p))):
+        with pytest.raises(ModelFileError) as exc:
+            read(bad)
+        assert str(exc.value).count("\n") == 0 and key in str(exc.value) and bad.name in str(exc.value)
+    (listed,) = [m for m in list_local_models([tmp_path], include_builtin=False) if m.path == bad]
+    assert not listed.usable and key in listed.error, listed.error
+    (entry,) = [e for e in scan_library([str(bad)], [], builtins=False) if e.path == str(bad)]
+    assert entry.info is None and key in entry.error, entry  # the window's library
+
+
+@pytest.mark.parametrize("key, value", BEYOND)
+def test_keys_beyond_the_tensors_are_one_line_in_every_command(tiny_model, tmp_path, specula, key, value):
+    bad = _edited(tiny_model, tmp_path, key, value)
+    good = str(tiny_model)
+    for args in (["inspect", str(bad)], ["inspect", "--json", str(bad)], ["check-pair", good, str(bad)],
+                 ["check-pair", str(bad), good], ["calibrate", str(bad)],
+                 ["bench", "-m", str(bad), "-n", "4"], ["compare", "-m", str(bad), "--drafts", "none"],
+                 ["serve", "-m", str(bad), "--port", "0"], ["run", "-m", str(bad), "-p", "hi", "-n", "2"]):
+        started = time.monotonic()
+        code, out, err = specula(*args)
+        assert code != 0 and time.monotonic() - started < 10, (args, code, out, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+        assert key in err and bad.name in err, (args, err)
+
+
+def test_a_split_models_first_part_is_listed_but_not_built(tmp_path):
+    """gguf-split's first part holds only some layers: the reader lists it (the library shows the
+    model), the loader and calibrate's config refuse it."""
+    from app.engine import fastload
+
+    part = write_gguf(tmp_path / "m-00001-of-00002.gguf", n_layers=4, tensors=small_tensors(256, n_layers=2),
+                      extra=lambda w: (w.add_uint16("split.no", 0), w.add_uint16("split.count", 2)))
+    info = read_gguf_info(part)
+    assert info.n_layers == 4
+    with pytest.raises(ModelFileError, match="block_count = 4 disagrees"):
+        fastload.config_dict(info)

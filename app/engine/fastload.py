@@ -44,7 +44,7 @@ from app.engine import bpe_form
 from app.engine.atomic import write_atomic
 from app.engine.cpu import quantlinear, rowexact
 from app.engine.errors import LoadCancelled, ModelFileError
-from app.engine.gguf_info import INT4_PASSES, GGUFInfo, int4_packable
+from app.engine.gguf_info import INT4_PASSES, GGUFInfo, check_tensor_table, int4_packable
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,11 @@ def can_fast_load(info: GGUFInfo) -> bool:
 
 
 def config_dict(info: GGUFInfo) -> dict:
-    """The config transformers builds from these GGUF keys (its mapping, our parsed metadata)."""
+    """The config transformers builds from these GGUF keys (its mapping, our parsed metadata).
+    The keys are believed only once they agree with the tensors: calibrate's shaped model is
+    built from this config alone, and `feed_forward_length = 10**6` or `vocab_size = 10**9`
+    would size it (read_gguf_info checks too; an info from elsewhere is checked here)."""
+    check_tensor_table(info)
     arch = info.architecture
     config: dict = dict(GGUF_CONFIG_DEFAULTS_MAPPING.get(arch, {}))
     config["tie_word_embeddings"] = all(t.name != "output.weight" for t in info.tensors)

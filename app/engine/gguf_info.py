@@ -579,6 +579,8 @@ def check_tensor_table(info: GGUFInfo) -> None:
         _check_layers(info)
         _check_embedding(info)
         _check_heads(info)
+        _check_feed_forward(info)
+        _check_rope(info)
     except _Corrupt as e:
         raise ModelFileError(f"{info.path.name}: {e}") from None
 
@@ -609,6 +611,13 @@ def _check_embedding(info: GGUFInfo) -> None:
         raise _Corrupt("no 2-D token_embd.weight tensor")
     if embd.shape[1] != info.n_embd:
         raise _Corrupt(f"metadata {_key(info, 'embedding_length')} = {info.n_embd} disagrees with "
+                       f"token_embd.weight {list(embd.shape)}")
+    vocab_key = _key(info, "vocab_size")
+    if vocab_key in info.metadata and int(info.metadata[vocab_key]) != embd.shape[0]:
+        # transformers' config takes its vocabulary size from this key: 2,000,000 beside a
+        # 49,152-row table sized the model (and calibrate's 15 GB) from the key. llama.cpp
+        # refuses the same file for the tensor's shape.
+        raise _Corrupt(f"metadata {vocab_key} = {info.metadata[vocab_key]} disagrees with "
                        f"token_embd.weight {list(embd.shape)}")
     tokens = info.metadata.get("tokenizer.ggml.tokens")
     for name in ("token_embd.weight", "output.weight"):
@@ -655,6 +664,46 @@ def _check_heads(info: GGUFInfo) -> None:
                                f"{_key(info, 'attention.key_length')})")
 
 
+def _check_feed_forward(info: GGUFInfo) -> None:
+    """feed_forward_length (transformers' intermediate_size) against each layer's ffn_down, whose
+    input is that size in every layout (ffn_up may hold gate and up fused, Phi-3's 2 x n_ff)."""
+    key = _key(info, "feed_forward_length")
+    if key not in info.metadata:
+        return
+    by_name = {t.name: t for t in info.tensors}
+    for layer, n_ff in enumerate(_per_layer(info, "feed_forward_length", 0)):
+        down = by_name.get(f"blk.{layer}.ffn_down.weight")
+        if down is None:
+            continue  # experts only, or no feed-forward in this layer: nothing to compare
+        gate = by_name.get(f"blk.{layer}.ffn_gate.weight")
+        if (n_ff <= 0 or down.shape != (info.n_embd, n_ff)
+                or (gate is not None and gate.shape != (n_ff, info.n_embd))):
+            raise _Corrupt(f"metadata {key} = {n_ff} disagrees with {down.name} {list(down.shape)} "
+                           f"(layer {layer})")
+
+
+# Architectures whose rotary dimension is the head's whole length: llama.cpp refuses any other
+# (invalid n_rot), and transformers' config reads the key as head_dim, sizing every projection.
+_ROPE_IS_HEAD = ("llama", "mistral", "deci", "falcon")
+_MAX_HEAD_LENGTH = 1 << 16
+
+
+def _check_rope(info: GGUFInfo) -> None:
+    """rope.dimension_count: positive, even, at most the head's length (its whole length where
+    the architecture rotates all of it)."""
+    key = _key(info, "rope.dimension_count")
+    if key not in info.metadata:
+        return
+    value = info.metadata[key]
+    if not _is_count(value):
+        raise _Corrupt(f"metadata {key} must be a non-negative integer, not {_kind(value)}")
+    n_rot, head = int(value), info.head_dim
+    if head <= 0:  # no attention heads to rotate: only a sane bound
+        head = _MAX_HEAD_LENGTH
+    if n_rot <= 0 or n_rot % 2 or n_rot > head or (info.architecture in _ROPE_IS_HEAD and n_rot != head):
+        raise _Corrupt(f"metadata {key} = {n_rot} does not fit the heads' length {info.head_dim}")
+
+
 def _parse_or_raise(buf: Any, path: Path, file_size: int | None, name: str) -> GGUFInfo:
     """Run the parser and turn its internal exceptions into the one-line errors users see."""
     have = len(buf)
@@ -685,7 +734,12 @@ def parse_gguf_header(buf: bytes | bytearray | memoryview, source: str,
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
-    """Read a GGUF file's header (over an mmap) and check that its tensor data is all there."""
+    """Read a GGUF file's header (over an mmap), check that its tensor data is all there and
+    that the header agrees with its own tensors (check_tensor_table): every entry (inspect,
+    check-pair, calibrate, bench, compare, serve, the library) reads models through here, so a
+    header whose sizes would be believed over the tensors is refused once, in one line naming
+    the key. The first part of a split model (`split.count` > 1) holds only some tensors; it is
+    listed as read, and refused by the loader, which checks again."""
     path = Path(path)
     name = path.name or str(path)
     try:
@@ -701,8 +755,16 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
         raise ModelFileError(f"{name}: is a directory, not a GGUF file") from None
     except (OSError, ValueError, BufferError) as e:  # permissions, mmap failures
         raise ModelFileError(f"{name}: cannot read file ({e})") from None
+    if not is_split_part(info):
+        check_tensor_table(info)
     log.debug("read GGUF header of %s: %s, %d tensors", path, info.architecture, len(info.tensors))
     return info
+
+
+def is_split_part(info: GGUFInfo) -> bool:
+    """One part of a model gguf-split wrote in several files (the others hold more tensors)."""
+    count = info.metadata.get("split.count")
+    return _is_count(count) and int(count) > 1
 
 
 def format_bytes(n: float) -> str:
