@@ -111,3 +111,20 @@ def test_setup_offers_every_chat_drafter_and_the_runs(qtbot, data_dir, tiny_path
     request = setup.request()
     assert {d.kind for d in request.drafts} >= {"ngram-cache", "lookup+ngram-cache"}
     assert request.settings.repeats == 4
+
+
+def test_each_run_starts_with_an_empty_ngram_cache_untaught_by_the_warm_up(tiny_paths, tiny_loaded):
+    """A real run on a tiny model: the n-gram cache learns from finished replies only, so the first
+    reply of every run drafts from an empty cache (the warm-up reply, the first prompt's own
+    beginning, and the earlier run's replies would flatter it)."""
+    from app.compare.results import CompareRequest, DraftChoice
+    from app.compare.runner import Runner
+
+    copy = "The model reads the file and the model writes the file. " * 3
+    request = CompareRequest(str(tiny_paths["llama-f32"]), (DraftChoice("ngram-cache", label="ngram-cache"),),
+                             (Prompt("copy", copy),), RunSettings(n_predict=24, ignore_eos=True, repeats=2),
+                             device="cpu", dtype="float32")
+    run = Runner(request, main=tiny_loaded("llama-f32")).run()
+    cache = [r for r in run.results if r.config == "ngram-cache"]
+    assert [r.repeat for r in cache] == [0, 1] and run.n_expected == len(run.results) == 4
+    assert all(r.n_accepted == 0 for r in cache)  # nothing finished before each of them in its run

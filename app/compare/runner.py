@@ -170,7 +170,7 @@ class Runner:
         self._progress(f"warming up {config.name}")
         settings = replace(self._settings(main, config), max_new_tokens=WARMUP_TOKENS)
         for _ in generate(self._kv(main), main.tokenizer, ids,
-                          self._drafter(main, draft, config, repeat), settings, self.cancelled):
+                          self._drafter(main, draft, config, repeat, warm_up=True), settings, self.cancelled):
             pass
         self._check_cancel()
 
@@ -214,13 +214,16 @@ class Runner:
     def _kv(self, main: LoadedModel):
         return main.kv_model(self.request.ctx_size or None)
 
-    def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, repeat: int = 0):
+    def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, repeat: int = 0,
+                 warm_up: bool = False):
         """A fresh drafter per reply: a draft model's cache must not carry over between prompts.
         An n-gram cache does, on purpose: each configuration's own, empty at the start of each
         round, learning from each of its replies in turn (never from another configuration's, nor
         from an earlier round's: that one has seen these very replies and would flatter it)."""
         if config.drafter == MODEL:
             return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None)
+        if warm_up:  # a cache of its own: the warm-up reply is the first prompt's, it must not teach it
+            return make_drafter(main, config.drafter, cache=open_cache(main, None))
         key = (config.name, repeat)
         if key not in self._ngram_caches:
             self._ngram_caches = {k: v for k, v in self._ngram_caches.items() if k[1] == repeat}
