@@ -11,6 +11,11 @@ pyproject.toml or this file changed since the last successful setup.
 
 torch: when the environment has none yet, ``torch==2.13.0`` is installed (set SPECULA_TORCH to
 another requirement, e.g. a CUDA build's, to choose). An existing torch is never replaced.
+
+llama.cpp (llama-cpp-python), which runs the models: built once from source, portably, and kept
+as a wheel (packaging/llama_build.py); if it cannot be built the app runs its models on torch.
+Its self-test runs once here, so that a build that crashes on this CPU is known before the
+window opens.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llama_build  # noqa: E402 - beside this file, standard library only
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -38,7 +46,7 @@ def venv_python() -> Path:
 
 def setup_fingerprint() -> str:
     digest = hashlib.sha256()
-    for name in ("pyproject.toml", "packaging/bootstrap.py"):
+    for name in ("pyproject.toml", "packaging/bootstrap.py", "packaging/llama_build.py"):
         digest.update((ROOT / name).read_bytes())
     digest.update(os.environ.get("SPECULA_TORCH", DEFAULT_TORCH).encode())
     return digest.hexdigest()
@@ -64,9 +72,19 @@ def ensure_environment() -> None:
         return
     if not has_module("torch"):
         pip(os.environ.get("SPECULA_TORCH", DEFAULT_TORCH))
+    has_llama = llama_build.ensure_llama(venv_python())
     pip("-e", f"{ROOT}[{EXTRAS}]")
     pip("--no-deps", *NO_DEPS_PACKAGES)
+    if has_llama:
+        self_test_llama()
     STAMP.write_text(fingerprint)
+
+
+def self_test_llama() -> None:
+    """Run llama.cpp's self-test once (cached per build and CPU) and say the verdict in a line."""
+    code = ("from app.engine.backends.llamacpp_lib import probe; ok, why = probe(); "
+            "print('llama.cpp self-test passed' if ok else f'llama.cpp self-test failed: {why}')")
+    subprocess.run([str(venv_python()), "-c", code], cwd=ROOT)
 
 
 def main(argv: list[str]) -> int:

@@ -31,10 +31,29 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: on a GPU bf16 or f16; on the CPU the plan measured fastest here, see `specula calibrate`)")
     parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
     parser.add_argument("--int8-head", action="store_true", help="with --dtype bfloat16 on a CPU: the output projection in int8 (torch's fbgemm), its leading tokens' logits exact (with --dtype auto the measured plan decides)")
+    add_backend_flags(parser)
     if draft:
         from app.cli.spec_args import add_spec_flags
 
         add_spec_flags(parser)
+
+
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    """--backend and llama.cpp's own run-time flags (its names and defaults)."""
+    parser.add_argument("--backend", default="auto", choices=["auto", "llama.cpp", "torch"], help="what runs the model (default auto: llama.cpp where it runs here, else torch, saying why)")
+    parser.add_argument("-t", "--threads", type=int, default=0, help="llama.cpp: threads (default 0 = the physical cores, as llama.cpp)")
+    parser.add_argument("-fa", "--flash-attn", default="auto", choices=["on", "off", "auto"], help="llama.cpp: flash attention (default auto, as llama.cpp)")
+    parser.add_argument("--no-repack", action="store_true", help="llama.cpp: keep weights in the file's layout instead of its repacked CPU kernels' (as llama.cpp's --no-repack)")
+
+
+def backend_kwargs(args: argparse.Namespace) -> dict:
+    """load_model's backend and llama.cpp settings from the flags above (imports the engine)."""
+    from app.engine.backends.llamacpp import LlamaSettings
+
+    flash = {"on": 1, "off": 0, "auto": -1}[getattr(args, "flash_attn", "auto")]
+    return {"backend": getattr(args, "backend", "auto"),
+            "llama": LlamaSettings(threads=max(0, getattr(args, "threads", 0)), flash_attn=flash,
+                                   repack=not getattr(args, "no_repack", False))}
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_predict: int = 256,

@@ -168,6 +168,7 @@ def print_summary(summary: RunSummary, draft_max: int, out=None) -> None:
         f"accept    = {100 * summary.accept_rate:.3f}%\n"
         f"mean accepted per step = {summary.mean_accepted_length:.2f}\n"
         f"ttft      = {summary.ttft_s * 1000:.1f} ms, stop: {summary.stop_reason.value}\n"
+        + (f"note: {summary.schedule_note}\n" if summary.schedule_note else "")
     )
 
 

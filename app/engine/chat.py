@@ -18,7 +18,7 @@ import jinja2
 from app.engine.drafters import Drafter
 from app.engine.errors import ChatTemplateError, ContextFullError
 from app.engine.events import DoneEvent, GenerationEvent
-from app.engine.kvmodel import KVModel
+from app.engine.seam import KVModelLike as KVModel
 from app.engine.speculative import CancelCheck, DecodeSettings, generate
 
 log = logging.getLogger(__name__)

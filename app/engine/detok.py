@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from transformers import PreTrainedTokenizerBase
 
 REPLACEMENT_CHAR = "\ufffd"
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, context: Sequence[int] = ()) -> None:
+    def __init__(self, tokenizer, context: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = list(context[-4:])  # a little prompt context for leading spaces
         self.prefix_offset = 0

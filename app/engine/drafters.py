@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from app.engine.kvmodel import KVModel, first_argmax
+from app.engine.seam import KVModelLike as KVModel, first_argmax
 from app.engine.sampling import SamplingParams, logits_to_probs, make_generator, sample
 
 

@@ -56,6 +56,8 @@ class RunSummary:
     n_accepted: int
     accepted_by_position: tuple[int, ...]
     drafted_by_position: tuple[int, ...]
+    # Why the schedule drafted little or nothing, in one line (None where it drafted as asked).
+    schedule_note: str | None = None
 
     @property
     def encode_tps(self) -> float:

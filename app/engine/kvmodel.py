@@ -20,6 +20,7 @@ from app.engine.cpu.leanstep import MAX_TOKENS, LeanStack
 from app.engine.cpu.quantlinear import Int4Linear
 from app.engine.cpu.screen import ScreenedHead, can_screen, screening_pays
 from app.engine.errors import SpeculaError
+from app.engine.seam import common_prefix_length, first_argmax  # noqa: F401 - re-exported
 
 # The first transformers whose forward takes the KV cache as `cache` (5.23 and older call it
 # past_key_values): pyproject.toml asks for it too.
@@ -37,33 +38,6 @@ def require_cache_argument(forward: Callable | None = None) -> None:
         raise SpeculaError(
             f"transformers {transformers.__version__} is too old for Specula, which needs {MIN_TRANSFORMERS} "
             f"or newer: pip install -U 'transformers>={MIN_TRANSFORMERS},<6'")
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-_ARGMAX_CHUNK = 1024
-
-
-def first_argmax(row: torch.Tensor) -> int:
-    """int(row.argmax()) for a 1-D float row: the first index of the largest value (of the first
-    NaN, if any). torch's argmax over a whole vocabulary runs one slow pass (0.33 ms for 262k
-    logits, AVX2); the maxima of chunks, then the first chunk holding the largest, then its own
-    argmax give the same index in 0.06 ms."""
-    n = row.shape[0]
-    if n < 64 * _ARGMAX_CHUNK:
-        return int(row.argmax())
-    main = n - n % _ARGMAX_CHUNK
-    maxima = row[:main].reshape(-1, _ARGMAX_CHUNK).amax(1)
-    if main < n:
-        maxima = torch.cat([maxima, row[main:].amax(0, keepdim=True)])
-    first = int(maxima.argmax()) * _ARGMAX_CHUNK
-    return first + int(row[first : first + _ARGMAX_CHUNK].argmax())
 
 
 class KVModel:

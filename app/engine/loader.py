@@ -21,6 +21,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import fastload
+from app.engine.backends import AUTO, LLAMA_CPP, TORCH, llamacpp_load
+from app.engine.backends.choose import choose_backend
+from app.engine.backends.llamacpp import LlamaSettings
 from app.engine.cpu import calibrate, int8head, quantlinear
 from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.attention import use_cpu_attention
@@ -55,10 +58,14 @@ class LoadedModel:
     load_s: float
     rope_fix: str | None = None
     choice: cpu_plan.PlanChoice | None = None  # how `auto` chose the CPU plan, when it did
+    backend: str = TORCH  # LLAMA_CPP: `model` is a LlamaWeights, `tokenizer` a LlamaTokenizer
+    backend_reason: str = ""  # why this backend, in one line
 
     @property
     def plan_reason(self) -> str:
         """Why the model runs as it does, for the window, inspect, run and bench."""
+        if self.backend == LLAMA_CPP:
+            return self.backend_reason
         if self.choice is not None:
             return self.choice.reason
         return "as asked" if self.plan.gpu is None else "on the GPU"
@@ -70,10 +77,15 @@ class LoadedModel:
     @property
     def weights_bytes(self) -> int:
         """What the weights hold once loaded, in this plan on this CPU."""
+        if self.backend == LLAMA_CPP:
+            return llamacpp_load.weights_bytes(self.info)
         return weights_bytes(self.info, self.plan)
 
-    def kv_model(self, n_ctx: int | None = None) -> KVModel:
-        """A fresh KV cache over this model; n_ctx defaults to the model's context length."""
+    def kv_model(self, n_ctx: int | None = None):
+        """A fresh KV cache over this model (app.engine.seam.KVModelLike); n_ctx defaults to the
+        model's context length (llama.cpp: its own default, 4096, where the model allows it)."""
+        if self.backend == LLAMA_CPP:
+            return llamacpp_load.new_context(self.model, self.info, n_ctx)
         kv = KVModel(self.model, n_ctx or self.info.context_length or None)
         if self.choice is not None and self.choice.curve is not None:
             kv.step_cost = self.choice.curve.cost
@@ -161,21 +173,38 @@ def load_model(
     int4: bool = True,
     drafter: str = "none",
     int8_head: bool = False,
+    backend: str = AUTO,
+    llama: LlamaSettings = LlamaSettings(),
 ) -> LoadedModel:
     """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
     int4=False dequantizes every weight to the dtype even where the int4 kernel could run it.
     int8_head=True runs the output projection in int8 (app.engine.cpu.int8head) on a CPU bf16
     load where it can run; with dtype "auto" the measured plan decides instead.
     With dtype "auto" on the CPU the plan is measured (app.engine.cpu.plan) for the drafter that
-    will run ("none", "lookup", "draft")."""
-    require_cache_argument()  # before seconds of loading, not after
+    will run ("none", "lookup", "draft").
+    backend: auto (llama.cpp where it runs here, else torch; app.engine.backends.choose),
+    llama.cpp or torch; `llama` holds llama.cpp's run-time settings."""
     path = Path(path)
     started = time.monotonic()
     report = progress or (lambda stage, fraction: None)
     report("reading header", 0.0)
     info = read_gguf_info(path)
-    check_supported(info)
     check_tensor_table(info)  # the header must agree with the tensors before sizes come from it
+    chosen = choose_backend(backend, path, device, n_gpu_layers, dtype)
+    if chosen.is_llama_cpp:
+        try:
+            weights, tokenizer, plan, load_s = llamacpp_load.load_llamacpp(info, n_gpu_layers, llama, progress, cancel)
+            return LoadedModel(path, info, weights, tokenizer, plan, load_s, backend=LLAMA_CPP,
+                               backend_reason=chosen.reason)
+        except ModelFileError as exc:
+            if backend != AUTO or not _torch_runs(info):
+                raise
+            log.warning("%s; trying torch", exc)
+            backend_reason = f"torch: {exc}"
+    else:
+        backend_reason = chosen.reason
+    require_cache_argument()  # before seconds of loading, not after
+    check_supported(info)
     try:
         plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
     except DeviceError as exc:
@@ -234,7 +263,15 @@ def load_model(
     model = apply_plan(model, plan)
     elapsed = time.monotonic() - started
     log.info("loaded %s in %.1fs on %s", name, elapsed, plan.describe())
-    return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix, choice)
+    return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix, choice, TORCH, backend_reason)
+
+
+def _torch_runs(info: GGUFInfo) -> bool:
+    try:
+        check_supported(info)
+    except UnsupportedModelError:
+        return False
+    return True
 
 
 def prepare_cpu_model(model: torch.nn.Module, dtype: torch.dtype, int4: bool, int8_head: bool = False,

@@ -116,6 +116,8 @@ class AdaptiveDraftLength:
         self._curve_factor = _DecayedMean()  # a verify's time against the curve's, per step
         self._idle_steps = 0
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
+        self.n_steps = self.n_drafting_steps = 0
+        self._seen_drafted = self._seen_accepted = 0
 
     def rates(self) -> list[float]:
         """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
@@ -253,6 +255,10 @@ class AdaptiveDraftLength:
                draft_s: float | None = None) -> None:
         asked = n_drafted if n_asked is None else n_asked
         verify_s = step_s - (draft_s or 0.0)
+        self.n_steps += 1
+        self.n_drafting_steps += int(n_drafted > 1)  # a one-token probe is not drafting
+        self._seen_drafted += n_drafted
+        self._seen_accepted += n_accepted
         if n_drafted == 0:  # a step of one token, whether or not it asked for drafts
             self._plain_step_s.add(verify_s)
         elif self._verify_cost is not None and self._plain_step_s.w:
@@ -280,6 +286,20 @@ class AdaptiveDraftLength:
         for i in range(min(n_accepted + 1, n_drafted, self.draft_max)):
             self.reached[i] += 1.0
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
+
+
+def declined_note(schedule: "AdaptiveDraftLength", min_steps: int = 8) -> str | None:
+    """One line saying why the schedule drafted in fewer than a quarter of the steps (None where
+    it drafted more, or the reply was too short to tell): the measured price of a verify here
+    against the acceptance seen, which made plain decoding the faster choice."""
+    if schedule.n_steps < min_steps or schedule.n_drafting_steps * 4 >= schedule.n_steps:
+        return None
+    rate = schedule._seen_accepted / schedule._seen_drafted if schedule._seen_drafted else None
+    seen = f"{rate:.0%} of {schedule._seen_drafted} drafted tokens were accepted" if rate is not None else \
+        "the drafter proposed nothing"
+    cost = schedule.relative_cost(4)
+    return (f"drafting declined in {schedule.n_steps - schedule.n_drafting_steps} of {schedule.n_steps} steps: "
+            f"a verify of 4 drafts costs {cost:.1f}x a token here and {seen}, so plain decoding was faster")
 
 
 def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,

@@ -18,7 +18,7 @@ from app.engine.detok import IncrementalDetokenizer
 from app.engine.drafters import Draft, Drafter, NoDrafter
 from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
-from app.engine.kvmodel import KVModel, common_prefix_length, first_argmax
+from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.sampling import (
     AcceptRule,
     RowProbs,
@@ -29,7 +29,7 @@ from app.engine.sampling import (
     sample,
     speculative_accept,
 )
-from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength
+from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength, declined_note
 from app.engine.stops import StopMatcher
 
 
@@ -255,6 +255,8 @@ def generate(
         n_accepted=counters.n_accepted,
         accepted_by_position=tuple(counters.accepted_at),
         drafted_by_position=tuple(counters.drafted_at),
+        schedule_note=(declined_note(schedule) if isinstance(schedule, AdaptiveDraftLength)
+                       and not isinstance(drafter, NoDrafter) else None),
     )
     yield DoneEvent(summary)
 

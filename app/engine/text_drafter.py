@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from app.engine.drafters import Draft, Drafter
-from app.engine.kvmodel import KVModel, common_prefix_length, first_argmax
+from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.sampling import SamplingParams
 
 log = logging.getLogger(__name__)

@@ -89,6 +89,7 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
         check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
     main = load_model(
         spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, int4=spec.int4, cancel=cancel,
+        backend=spec.backend,
         drafter="draft" if spec.drafter == MODEL else ("none" if spec.drafter == NONE else "lookup"),
         progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
     )
@@ -96,6 +97,7 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
     if spec.drafter == MODEL:
         draft = load_model(
             spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, int4=spec.int4, cancel=cancel,
+            backend=spec.backend,
             progress=lambda stage, frac: progress(f"draft model: {stage}", main_share + frac * (1 - main_share)),
         )
     progress("ready", 1.0)
@@ -118,6 +120,7 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "main_path": str(main.path),
         "main_plan": main.plan.describe(),
         "main_plan_reason": main.plan_reason,
+        "backend": main.backend,
         "main_int4": main.plan.int4,
         "main_weights": main_weights,
         "draft_name": draft.name if draft is not None else None,

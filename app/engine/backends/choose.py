@@ -1,0 +1,85 @@
+"""Which backend runs a model: llama.cpp wherever it imports, passed its probe on this CPU and
+runs the device asked for; torch otherwise, with the reason in one line (said once)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.engine.backends import AUTO, LLAMA_CPP, TORCH, BACKEND_CHOICES
+from app.engine.backends import llamacpp_lib
+from app.engine.backends.llamacpp_lib import BackendUnavailable
+
+log = logging.getLogger(__name__)
+_said: set[str] = set()
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str  # LLAMA_CPP or TORCH
+    reason: str  # one line, for the window, inspect and run
+
+    @property
+    def is_llama_cpp(self) -> bool:
+        return self.name == LLAMA_CPP
+
+
+def llama_cpp_problem(model_path: str | Path | None = None) -> str | None:
+    """None where llama.cpp can run here; else why not, in one line."""
+    try:
+        llamacpp_lib.binding()
+    except BackendUnavailable as exc:
+        return str(exc)
+    ok, why = llamacpp_lib.probe(model_path)
+    return None if ok else why
+
+
+def llama_cpp_has_gpu() -> bool:
+    try:
+        return bool(llamacpp_lib.binding().llama_supports_gpu_offload())
+    except BackendUnavailable:
+        return False
+
+
+def choose_backend(requested: str, model_path: str | Path | None = None, device: str = "auto",
+                   n_gpu_layers: int | None = None, dtype: str = "auto") -> BackendChoice:
+    """The backend for a load. `requested`: auto, llama.cpp or torch (--backend); auto takes
+    SPECULA_BACKEND's value where that is set (how CI runs the suite on either backend).
+    llama.cpp runs the file's own tensor types, so auto with a dtype asked for means torch."""
+    if requested == AUTO:
+        requested = os.environ.get("SPECULA_BACKEND", AUTO) or AUTO
+    if requested not in BACKEND_CHOICES:
+        raise BackendUnavailable(f"unknown backend {requested!r} (choose from {', '.join(BACKEND_CHOICES)})")
+    if requested == TORCH:
+        return BackendChoice(TORCH, "torch, as asked (--backend torch)")
+    if requested == LLAMA_CPP:
+        problem = llama_cpp_problem(model_path)
+        if problem is not None:
+            raise BackendUnavailable(problem)
+        return BackendChoice(LLAMA_CPP, "llama.cpp, as asked")
+    if dtype != AUTO:
+        return BackendChoice(TORCH, f"torch: --dtype {dtype} asked for (llama.cpp runs the file's own types)")
+    problem = llama_cpp_problem(model_path)
+    if problem is not None:
+        return _fallback(f"torch: {problem}")
+    wants_gpu = device in ("cuda", "mps") or (device == AUTO and (n_gpu_layers is None or n_gpu_layers != 0))
+    if wants_gpu and not llama_cpp_has_gpu() and _torch_gpu() is not None:
+        return _fallback(f"torch on the {_torch_gpu().upper()} GPU: this llama.cpp build runs on the CPU only")
+    if device in ("cuda", "mps") and not llama_cpp_has_gpu():
+        return BackendChoice(TORCH, f"torch: this llama.cpp build has no {device.upper()} support")
+    return BackendChoice(LLAMA_CPP, "llama.cpp" + (" (GPU offload)" if llama_cpp_has_gpu() else " on the CPU"))
+
+
+def _fallback(reason: str) -> BackendChoice:
+    if reason not in _said:  # say why once, not at every load
+        _said.add(reason)
+        log.warning("%s", reason)
+    return BackendChoice(TORCH, reason)
+
+
+def _torch_gpu() -> str | None:
+    from app.engine.device import available_gpu
+
+    return available_gpu()

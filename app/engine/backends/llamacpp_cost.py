@@ -1,0 +1,118 @@
+"""What a llama.cpp step feeding n tokens costs here, with the logits of all n (what a verify
+needs): the draft-length schedule's prior (app.engine.schedule), measured once per model, build,
+thread count and CPU, and cached.
+
+On a 2-core AVX2 CPU llama.cpp's batches cost nearly linearly in n (Gemma 3 270M: 17 tokens
+7.7-12.6x one; facts.md), which caps what any drafter can gain; on a GPU or a wide CPU a verify
+costs little more than a token. The schedule drafts only where the measured curve makes it pay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+POINTS = (1, 2, 3, 5, 9, 17)
+_CONTEXT = 64
+_REPEATS = 3
+
+
+class StepCurve:
+    """Seconds of a step feeding n tokens, between measured points linearly."""
+
+    def __init__(self, points: dict[int, float]) -> None:
+        self.points = dict(sorted(points.items()))
+
+    def cost(self, n: int) -> float:
+        xs = list(self.points)
+        if n <= xs[0]:
+            return self.points[xs[0]]
+        for lo, hi in zip(xs, xs[1:]):
+            if n <= hi:
+                t = (n - lo) / (hi - lo)
+                return self.points[lo] * (1 - t) + self.points[hi] * t
+        lo, hi = xs[-2], xs[-1]  # past the last point: the last segment's slope
+        return self.points[hi] + (self.points[hi] - self.points[lo]) / (hi - lo) * (n - hi)
+
+    def ratio(self, n: int) -> float:
+        """A step of n tokens against a step of one."""
+        return self.cost(n) / self.cost(1)
+
+
+def measure(weights, cancel: Callable[[], bool] | None = None) -> StepCurve:
+    """Fewest seconds of each step size after a short context (about a second on a small model)."""
+    kv = weights.context(_CONTEXT + max(POINTS) + 8)
+    try:
+        tokens = [(7 * i + 3) % max(weights.n_vocab - 1, 1) for i in range(_CONTEXT + max(POINTS))]
+        kv.feed_rows(tokens[:_CONTEXT], 1)
+        kv.feed_rows(tokens[_CONTEXT:_CONTEXT + 4], 4)  # warm-up
+        best = {n: math.inf for n in POINTS}
+        for _ in range(_REPEATS):
+            for n in POINTS:
+                if cancel is not None and cancel():
+                    break
+                kv.rewind(_CONTEXT)
+                started = time.perf_counter()
+                kv.feed_rows(tokens[_CONTEXT:_CONTEXT + n], n).argmax(n - 1)
+                best[n] = min(best[n], time.perf_counter() - started)
+        return StepCurve({n: s for n, s in best.items() if math.isfinite(s)} or {1: 1.0, 2: 2.0})
+    finally:
+        kv.close()
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specula" / "llamacpp-steps.json"
+
+
+def _key(weights, build: str) -> str:
+    path = weights.path
+    stat = path.stat()
+    text = f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}:{weights.settings}:{weights.n_gpu_layers}:{build}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _valid(points: object) -> dict[int, float] | None:
+    """Cached points, or None where anything in them is not a positive finite duration."""
+    if not isinstance(points, dict) or len(points) < 2:
+        return None
+    out: dict[int, float] = {}
+    for n, s in points.items():
+        if not (isinstance(n, str) and n.isdigit() and isinstance(s, (int, float)) and math.isfinite(s) and s > 0):
+            return None
+        out[int(n)] = float(s)
+    return out
+
+
+def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) -> StepCurve:
+    """The cached curve for this model, build, settings and CPU, or measured now and cached."""
+    path, key = _cache_file(), _key(weights, build)
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        cached = {}
+    if not isinstance(cached, dict):
+        cached = {}
+    points = _valid(cached.get(key))
+    if points is not None:
+        return StepCurve(points)
+    curve = measure(weights, cancel)
+    log.info("llama.cpp step costs for %s: %s", weights.path.name,
+             ", ".join(f"{n}: {s * 1000:.1f} ms" for n, s in curve.points.items()))
+    cached[key] = {str(n): s for n, s in curve.points.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not cache llama.cpp's step costs: %s", exc)
+    return curve

@@ -1,0 +1,230 @@
+"""llama-cpp-python, imported once: its CPU backends loaded, its log routed to ours, and a probe
+run once per library build and CPU, in a child process, before anything uses it.
+
+A native build can crash where Python cannot catch it (an AVX-512 + AMX virtual machine killed
+the process in llama_decode: facts.md), so the first use of a build on a CPU is a short run in a
+child process (app.engine.backends.probe): load a small model, decode a few tokens, verify a
+batch. Its verdict is cached per build and CPU; a failed probe means the torch backend, with
+the reason in one line.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from app.engine.errors import SpeculaError
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 180
+_lock = threading.Lock()
+_binding: Any = None
+_import_error: str | None = None
+_probe_verdict: tuple[bool, str] | None = None
+# llama.cpp's last error lines, for the one-line message when a load or decode fails.
+_errors: collections.deque[str] = collections.deque(maxlen=8)
+_log_callback: Any = None  # kept alive: llama.cpp holds a pointer to it
+
+
+class BackendUnavailable(SpeculaError):
+    """llama.cpp cannot be used here; the message says why in one line."""
+
+
+def binding() -> Any:
+    """The initialised ``llama_cpp.llama_cpp`` module; BackendUnavailable naming why not."""
+    global _binding, _import_error
+    with _lock:
+        if _binding is not None:
+            return _binding
+        if _import_error is not None:
+            raise BackendUnavailable(_import_error)
+        try:
+            import llama_cpp.llama_cpp as lib
+        except ImportError:
+            _import_error = "llama-cpp-python is not installed (python3 packaging/bootstrap.py installs it)"
+        except (OSError, RuntimeError) as exc:  # the shared library itself failed to load
+            _import_error = f"llama.cpp's library failed to load: {_first_line(exc)}"
+        if _import_error is not None:
+            raise BackendUnavailable(_import_error)
+        _route_log(lib)
+        _load_cpu_backends(lib)
+        lib.llama_backend_init()
+        _binding = lib
+        return lib
+
+
+def last_error() -> str:
+    """The last error line llama.cpp logged (empty if none)."""
+    return _errors[-1] if _errors else ""
+
+
+def clear_errors() -> None:
+    _errors.clear()
+
+
+def _route_log(lib: Any) -> None:
+    """llama.cpp prints every load step to stderr by default; send it to our log instead, and keep
+    the error lines for our messages."""
+    global _log_callback
+    last_level = [0]
+
+    def on_log(level: int, text: bytes, _user: Any) -> None:
+        level = last_level[0] if level == 5 else level  # 5: continues the previous line
+        last_level[0] = level
+        line = text.decode("utf-8", "replace").rstrip()
+        if level == 3 and line:
+            _errors.append(line)
+        if line:
+            log.debug("llama.cpp: %s", line)
+
+    _log_callback = lib.llama_log_callback(on_log)
+    lib.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def library_dir() -> Path:
+    import llama_cpp
+
+    return Path(llama_cpp.__file__).resolve().parent / "lib"
+
+
+def _load_cpu_backends(lib: Any) -> None:
+    """A build made as llama.cpp's releases are (GGML_BACKEND_DL, one CPU backend per CPU class)
+    keeps its backends beside libllama, where llama_backend_init does not look (it searches the
+    executable's folder and the working directory): load the best of them from there."""
+    folder = library_dir()
+    if not any(folder.glob("libggml-cpu-*.so")) and not any(folder.glob("ggml-cpu-*.dll")):
+        return  # one CPU backend linked into libggml
+    ggml = ctypes.CDLL(str(next(folder.glob("libggml.so*"), folder / "libggml.so")))
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path(str(folder).encode())
+
+
+def system_info() -> str:
+    """llama.cpp's own line on the CPU features its build uses here."""
+    return binding().llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as package_version
+
+        return package_version("llama_cpp_python")
+    except Exception:  # noqa: BLE001 - not installed, or installed without metadata
+        return "unknown"
+
+
+# --- the probe --------------------------------------------------------------------------------
+
+def build_key() -> str:
+    """What a probe verdict holds for: this build of the library (its files) and this CPU."""
+    digest = hashlib.sha256(version().encode())
+    try:
+        for path in sorted(library_dir().glob("*ggml*")) + sorted(library_dir().glob("*llama*")):
+            stat = path.stat()
+            digest.update(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())
+    except OSError:
+        pass
+    digest.update(_cpu_identity().encode())
+    return digest.hexdigest()[:32]
+
+
+def _cpu_identity() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        import platform
+
+        return platform.processor() or platform.machine()
+    wanted = [line for line in text.splitlines() if line.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(wanted)))
+
+
+def _verdict_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specula" / "llamacpp-probe.json"
+
+
+def _read_verdicts() -> dict[str, Any]:
+    try:
+        data = json.loads(_verdict_file().read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _store_verdict(key: str, ok: bool, reason: str) -> None:
+    path = _verdict_file()
+    data = _read_verdicts()
+    data[key] = {"ok": ok, "reason": reason}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not save the llama.cpp probe's verdict: %s", exc)
+
+
+def probe(fallback_model: str | Path | None = None) -> tuple[bool, str]:
+    """Whether this build runs on this CPU: (True, "") or (False, why). Cached per build and CPU;
+    run in a child process the first time (about a second with the demo model; the file about to
+    be loaded, fallback_model, where the demo model is not installed)."""
+    global _probe_verdict
+    from app.engine.backends.probe import demo_model
+
+    model_path = demo_model() or fallback_model
+    if model_path is None:
+        return True, ""  # nothing to test with: the first load will tell
+    if _probe_verdict is not None:
+        return _probe_verdict
+    if os.environ.get("SPECULA_LLAMACPP_PROBE", "1") == "0":
+        _probe_verdict = (True, "")
+        return _probe_verdict
+    key = build_key()
+    cached = _read_verdicts().get(key)
+    if isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
+        _probe_verdict = (cached["ok"], str(cached.get("reason", "")))
+        return _probe_verdict
+    ok, reason = _run_probe(model_path)
+    if ok or reason.startswith("llama.cpp crashed"):  # a missing test model decides nothing
+        _store_verdict(key, ok, reason)
+    _probe_verdict = (ok, reason)
+    return _probe_verdict
+
+
+def _run_probe(model_path: str | Path | None) -> tuple[bool, str]:
+    cmd = [sys.executable, "-m", "app.engine.backends.probe"]
+    if model_path is not None:
+        cmd.append(str(model_path))
+    root = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        return False, f"llama.cpp crashed on this CPU: its self-test did not finish in {PROBE_TIMEOUT_S} s"
+    except OSError as exc:
+        return False, f"the llama.cpp self-test could not start: {exc}"
+    if done.returncode == 0:
+        log.info("llama.cpp self-test passed: %s", done.stdout.strip().splitlines()[-1:] or "")
+        return True, ""
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+        return False, f"llama.cpp crashed on this CPU in its self-test ({name}); using torch"
+    return False, lines[-1] if lines else f"the llama.cpp self-test failed (exit {done.returncode})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -1,0 +1,89 @@
+"""GGUF file -> a model on llama.cpp, after our own header checks (llama.cpp's GGUF reader has had
+memory-safety bugs: a file reaches it only once app.engine.gguf_info has read and checked it)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from app.engine.backends import llamacpp_cost, llamacpp_lib
+from app.engine.backends.llamacpp import LlamaKV, LlamaSettings, LlamaWeights
+from app.engine.backends.llamacpp_tokenizer import LlamaTokenizer
+from app.engine.errors import InsufficientMemoryError
+from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.machine import memory_limit_bytes
+
+log = logging.getLogger(__name__)
+
+# llama.cpp's own default context (-c 4096), where the model was trained on more: a context's KV
+# cache is allocated whole when it is made.
+DEFAULT_CTX = 4096
+
+
+@dataclass(frozen=True)
+class LlamaPlan:
+    """Where and how llama.cpp runs a model: what the window, inspect and run show."""
+
+    n_gpu_layers: int
+    n_layers: int
+    quant: str | None
+    threads: int
+    gpu: str | None = None  # "llama.cpp GPU" where layers are offloaded
+    int4: bool = False  # torch's plans' fields, never set here
+    int8_head: bool = False
+    dtype_name: str = "gguf"
+
+    def describe(self) -> str:
+        where = "CPU" if self.n_gpu_layers == 0 else (
+            "GPU" if self.n_gpu_layers >= self.n_layers else f"GPU {self.n_gpu_layers}/{self.n_layers} layers, rest on CPU")
+        quant = f" · {self.quant}" if self.quant else ""
+        return f"llama.cpp on {where}{quant} · {self.threads} threads"
+
+
+def weights_bytes(info: GGUFInfo) -> int:
+    """The tensor data llama.cpp maps: the file's weights as they are stored."""
+    return sum(t.n_bytes for t in info.tensors)
+
+
+def check_memory(info: GGUFInfo) -> None:
+    need = weights_bytes(info)
+    limit = memory_limit_bytes()
+    if limit is not None and need > limit:
+        raise InsufficientMemoryError(f"{info.path.name}: needs about {format_bytes(need)} of memory, "
+                                      f"only {format_bytes(limit)} available (try a smaller quantization or model)")
+
+
+def load_llamacpp(info: GGUFInfo, n_gpu_layers: int | None, settings: LlamaSettings,
+                  progress: Callable[[str, float], None] | None = None,
+                  cancel: Callable[[], bool] | None = None):
+    """(weights, tokenizer, plan, seconds) for a checked header; raises one-line SpeculaErrors."""
+    started = time.monotonic()
+    check_memory(info)
+    layers = info.n_layers if n_gpu_layers is None else max(0, min(n_gpu_layers, info.n_layers + 1))
+    from app.engine.backends.choose import llama_cpp_has_gpu
+
+    if not llama_cpp_has_gpu():
+        layers = 0
+    report = progress or (lambda stage, fraction: None)
+    weights = LlamaWeights(info.path, layers, settings, lambda f: report("reading weights", f), cancel)
+    tokenizer = LlamaTokenizer(weights, info)
+    report("measuring llama.cpp's steps here (once per model)", 1.0)
+    weights.step_curve = llamacpp_cost.step_curve(weights, llamacpp_lib.build_key(), cancel)
+    plan = LlamaPlan(min(layers, info.n_layers), info.n_layers, info.file_type, settings.thread_count(),
+                     gpu="llama.cpp" if layers else None)
+    elapsed = time.monotonic() - started
+    log.info("loaded %s on llama.cpp in %.2fs (%s)", Path(info.path).name, elapsed, plan.describe())
+    return weights, tokenizer, plan, elapsed
+
+
+def new_context(weights: LlamaWeights, info: GGUFInfo, n_ctx: int | None) -> LlamaKV:
+    """A KV cache of n_ctx tokens (default: llama.cpp's 4096, or less where the model was trained
+    on less)."""
+    trained = info.context_length or weights.n_ctx_train or DEFAULT_CTX
+    kv = weights.context(n_ctx or min(DEFAULT_CTX, trained))
+    curve = getattr(weights, "step_curve", None)
+    kv.step_cost = curve.cost if curve is not None else None
+    return kv

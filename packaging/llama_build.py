@@ -1,0 +1,98 @@
+"""Install llama-cpp-python, the binding through which llama.cpp runs Specula's models.
+
+Standard library only (the bootstrap imports it before anything is installed). PyPI carries
+llama-cpp-python as source only, so it is built once, the way llama.cpp's own releases are built:
+never GGML_NATIVE (a native build carries the build machine's instructions, and crashed on an
+AVX-512 + AMX virtual machine); the portable build targets AVX2 + FMA + F16C, which every x86-64
+desktop of the last ten years runs, and the bundle's build adds one CPU backend per CPU class
+(GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS), chosen at run time. The wheel is kept in
+~/.cache/specula/wheels, keyed by version and build flags, so later set-ups install in seconds.
+A failed build is one line: the app then runs its models on torch.
+
+SPECULA_LLAMA_CMAKE_ARGS adds CMake flags (e.g. -DGGML_CUDA=on for a CUDA build); an
+llama-cpp-python the environment already has is never replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+_QUIET = ["-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+          "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+PORTABLE = ["-DGGML_NATIVE=OFF", *_QUIET]
+ALL_VARIANTS = ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", *_QUIET]
+# Minutes of one core to build (measured: the portable build on a 2-core AMD EPYC Zen 4 VM).
+_CORE_MINUTES = {"portable": 16, "variants": 60}
+
+
+def cmake_args(variants: bool = False) -> list[str]:
+    extra = os.environ.get("SPECULA_LLAMA_CMAKE_ARGS", "").split()
+    return [*(ALL_VARIANTS if variants else PORTABLE), *extra]
+
+
+def fingerprint(variants: bool = False) -> str:
+    return hashlib.sha256(" ".join([LLAMA_CPP_PYTHON, *cmake_args(variants)]).encode()).hexdigest()[:16]
+
+
+def wheel_dir(variants: bool = False) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specula" / "wheels" / f"llama-cpp-python-{fingerprint(variants)}"
+
+
+def installed(python: Path) -> bool:
+    probe = "import importlib.metadata as m; m.version('llama_cpp_python')"
+    return subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
+
+
+def build_wheel(python: Path, variants: bool = False) -> Path | None:
+    """The wheel for this configuration: the cached one, or built now (None if the build failed)."""
+    folder = wheel_dir(variants)
+    found = sorted(folder.glob("llama_cpp_python-*.whl"))
+    if found:
+        return found[-1]
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "build.log"
+    cores = os.cpu_count() or 2
+    minutes = max(2, round(_CORE_MINUTES["variants" if variants else "portable"] / cores))
+    print(f"building llama.cpp once, about {minutes} minutes on {cores} cores (log: {log})", flush=True)
+    env = dict(os.environ, CMAKE_ARGS=" ".join(cmake_args(variants)), CMAKE_BUILD_PARALLEL_LEVEL=str(cores))
+    cmd = [str(python), "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "--no-binary",
+           "llama-cpp-python", "--no-cache-dir", "-w", str(folder), LLAMA_CPP_PYTHON]
+    started = time.monotonic()
+    with open(log, "w") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    found = sorted(folder.glob("llama_cpp_python-*.whl"))
+    if done.returncode != 0 or not found:
+        return None
+    print(f"built llama.cpp in {(time.monotonic() - started) / 60:.1f} minutes", flush=True)
+    return found[-1]
+
+
+def ensure_llama(python: Path, variants: bool = False) -> bool:
+    """llama-cpp-python in the environment of `python`: kept if there, else built (once) and
+    installed. False, after one line saying so, where it cannot be built."""
+    if installed(python):
+        return True
+    wheel = build_wheel(python, variants)
+    if wheel is None:
+        print(f"llama.cpp could not be built here (see {wheel_dir(variants) / 'build.log'}); "
+              "Specula will run models on torch", flush=True)
+        return False
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", str(wheel)]
+    print("+", " ".join(cmd), flush=True)
+    if subprocess.run(cmd).returncode != 0:
+        print("llama.cpp's wheel could not be installed; Specula will run models on torch", flush=True)
+        return False
+    return True
+
+
+if __name__ == "__main__":  # python3 packaging/llama_build.py [--variants]: build the wheel only
+    path = build_wheel(Path(sys.executable), "--variants" in sys.argv[1:])
+    print(path or "build failed")
+    sys.exit(0 if path else 1)

@@ -1,0 +1,148 @@
+"""The llama.cpp backend behind the seam: rollback, rows, tokenizer, the loop's greedy identity and
+sampling distribution, on tiny real GGUF files and (marked demo) the real demo models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.engine.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.events import DoneEvent
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import DecodeSettings, generate
+from tests.llama_support import llama_loaded  # noqa: F401 - fixture
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
+
+
+def run(loaded, ids, drafter=None, **settings):
+    settings.setdefault("sampling", GREEDY)
+    events = list(generate(loaded.kv_model(), loaded.tokenizer, ids, drafter, DecodeSettings(**settings)))
+    assert isinstance(events[-1], DoneEvent)
+    return events[-1].summary
+
+
+def test_loads_on_llama_cpp_with_its_reason(llama_loaded):
+    loaded = llama_loaded("llama-q8")
+    assert loaded.backend == "llama.cpp"
+    assert loaded.plan.describe().startswith("llama.cpp on CPU")
+    assert loaded.plan_reason.startswith("llama.cpp")
+    assert loaded.kv_model().vocab_size == loaded.info.vocab_size
+
+
+def test_rollback_gives_the_same_logits_bit_for_bit(llama_loaded):
+    loaded = llama_loaded("llama-q8")
+    kv = loaded.kv_model()
+    ids = loaded.tokenizer.encode(PROMPT)
+    first = kv.feed(ids, 1)[0]
+    steps = [int(first.argmax())]
+    for _ in range(5):
+        steps.append(int(kv.feed(steps[-1:], 1)[0].argmax()))
+    fed = ids + steps[:-1]  # the last step's token is not fed yet
+    after = kv.feed([7, 8, 9], 3)
+    kv.rewind(len(fed))
+    assert kv.ids == fed
+    again = kv.feed([7, 8, 9], 3)
+    assert torch.equal(after, again)
+    kv.rewind(len(ids) - 1)
+    assert torch.equal(kv.feed(ids[-1:], 1)[0], first)
+
+
+def test_rows_read_in_place_match_their_copies(llama_loaded):
+    kv = llama_loaded("llama-q8").kv_model()
+    rows = kv.feed_rows(list(range(10, 20)), 4)
+    assert len(rows) == 4
+    copied = rows.all()
+    assert copied.shape == (4, kv.vocab_size)
+    for i in range(4):
+        assert rows.argmax(i) == int(copied[i].argmax())
+        assert torch.equal(rows.row(i), copied[i])
+
+
+def test_sync_reuses_the_common_prefix(llama_loaded):
+    loaded = llama_loaded("llama-q8")
+    kv = loaded.kv_model()
+    a = loaded.tokenizer.encode("The model reads the file.")
+    b = a[:-1] + loaded.tokenizer.encode(" writes")
+    last_a = kv.sync(a)
+    assert kv.ids == a[:-1] + [a[-1]]
+    last_b = kv.sync(b)
+    fresh = loaded.kv_model()
+    assert torch.equal(last_b, fresh.sync(b))
+    assert torch.equal(last_a, loaded.kv_model().sync(a))
+
+
+def test_tokenizer_is_llama_cpps_and_round_trips(llama_loaded):
+    tok = llama_loaded("llama-q8").tokenizer
+    text = "héllo wörld ✓ 日本 <|im_start|>user"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    assert tok.convert_tokens_to_ids("<|im_start|>") in ids  # parsed as the special token
+    split = tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+    assert tok.convert_tokens_to_ids("<|im_start|>") not in split
+    assert tok.decode(split) == text
+    assert "<|im_end|>" in tok.all_special_tokens
+    assert tok.convert_tokens_to_ids("<|im_end|>") in tok.eos_token_id
+    offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
+    assert offsets[0][0] == 0 and offsets[-1][1] == len(text)
+    assert all(a <= b for a, b in offsets)
+
+
+def test_chat_template_renders_with_llama_cpps_tokens(llama_loaded):
+    from app.engine.chat import render_prompt
+
+    tok = llama_loaded("llama-q8").tokenizer
+    ids = render_prompt(tok, [{"role": "user", "content": "hi <|im_end|>"}])
+    text = tok.decode(ids)
+    assert text == "<|im_start|>user\nhi <|im_end|><|im_end|>\n<|im_start|>assistant\n"
+    # the user's own "<|im_end|>" stays text: one special <|im_end|> token only
+    assert ids.count(tok.convert_tokens_to_ids("<|im_end|>")) == 1
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "llama-f32", "llama-other"])
+def test_greedy_identity_on_tiny_models(llama_loaded, drafter):
+    main = llama_loaded("llama-q8")
+    ids = main.tokenizer.encode(PROMPT)
+    plain = run(main, ids, NoDrafter(), max_new_tokens=40, stop_token_ids=())
+    if drafter == "lookup":
+        d = PromptLookupDrafter()
+    else:
+        d = ModelDrafter(llama_loaded(drafter).kv_model(), main.kv_model().vocab_size)
+    spec = run(main, ids, d, max_new_tokens=40, stop_token_ids=(), adaptive_draft=False, draft_max=5)
+    assert spec.n_drafted > 0
+    assert spec.tokens == plain.tokens
+
+
+def test_speculative_sampling_keeps_the_main_distribution(llama_loaded):
+    from tests.test_sampling import SAMPLING, always_accept, chi2_pvalue
+    from app.engine.sampling import logits_to_probs, speculative_accept
+
+    main = llama_loaded("llama-f32")
+    draft = llama_loaded("llama-other")
+    prompt = main.tokenizer.encode(" the model and the model and the")
+
+    def dist(ids):
+        return logits_to_probs(main.kv_model().feed(ids, 1), SAMPLING)[0]
+
+    p1 = dist(prompt)
+    exact = torch.zeros_like(p1)
+    for t1 in torch.nonzero(p1).flatten().tolist():
+        exact += p1[t1] * dist(prompt + [t1])
+
+    def counts(rule):
+        found = torch.zeros_like(exact)
+        kv, drafter = main.kv_model(), ModelDrafter(draft.kv_model(), main.kv_model().vocab_size)
+        drafted = 0
+        for seed in range(1200):
+            settings = DecodeSettings(max_new_tokens=3, draft_max=2, draft_p_min=0.0, adaptive_draft=False,
+                                      sampling=SamplingParams(**{**SAMPLING.__dict__, "seed": seed}),
+                                      stop_token_ids=())
+            summary = list(generate(kv, main.tokenizer, prompt, drafter, settings, accept_rule=rule))[-1].summary
+            drafted += summary.n_drafted
+            found[summary.tokens[1]] += 1
+        assert drafted > 600
+        return found
+
+    assert chi2_pvalue(counts(speculative_accept), exact) > 1e-3
+    assert chi2_pvalue(counts(always_accept), exact) < 1e-6
