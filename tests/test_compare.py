@@ -304,10 +304,10 @@ def test_cli_table_and_exports(tiny_paths, tmp_path):
     assert "Traceback" not in result.stderr
     progress = result.stderr.splitlines()
     # Three runs of every drafter by default (-r 3): a winner needs a spread apart from plain decoding's.
-    assert "[17/18] tiny-llama-F32-seed1 · chat (2/2, run 3/3)" in progress and progress[-1] == "[18/18] complete"
+    assert "[17/18] llama-other · chat (2/2, run 3/3)" in progress and progress[-1] == "[18/18] complete"
     lines = result.stdout.splitlines()
     assert any(line.startswith("category") and line.endswith("identical") for line in lines)
-    assert lines[-2].startswith("verdict: lookup:") and "tiny-llama-F32-seed1:" in lines[-2]
+    assert lines[-2].startswith("verdict: lookup:") and "llama-other:" in lines[-2]  # the file's name, not its general.name
     assert lines[-1].startswith("reproduce the fastest (") and "specula run -m " in lines[-1]
     run = load_run(out["json"])
     assert run.status == COMPLETE and len(run.results) == 18 and {r.repeat for r in run.results} == {0, 1, 2}

@@ -72,10 +72,10 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     window = compare_window(qtbot, [tiny_paths["llama-f32"], tiny_paths["llama-other"], tiny_paths["llama-b"], foreign])
     set_up(window, tiny_paths)
     drafts = dict(window.setup.draft_texts())
-    assert drafts["tiny-llama-F32-seed2 — text-level (other vocabulary)"] is True  # offered, not checked
+    assert drafts["llama-b — text-level (other vocabulary)"] is True  # offered, not checked
     assert drafts["None (plain decoding: the baseline)"] and drafts["Prompt lookup (no draft model)"]
-    assert drafts["tiny-llama-F32-seed1"]
-    refused = [text for text in drafts if text.startswith("Tiny Test — incompatible: ")]
+    assert drafts["llama-other"]
+    refused = [text for text in drafts if text.startswith("wordpiece-tokens — incompatible: ")]
     assert len(refused) == 1 and drafts[refused[0]] is False  # offered greyed, not runnable
     assert not window.csv_button.isEnabled()  # nothing to export yet
 
@@ -87,7 +87,7 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     run = window.run
     assert run.status == COMPLETE and len(run.results) == run.n_expected == 12  # 3 drafters, 2 prompts, 2 runs
     assert load_run(window.run_path) == run and window.run_path.parent == runs_dir() == data_dir / "comparisons"
-    configs = [NONE, LOOKUP, "tiny-llama-F32-seed1"]
+    configs = [NONE, LOOKUP, "llama-other"]
     assert [c.name for c in run.configs] == configs
     assert all(r.identical for r in run.results if r.config != NONE)
 
@@ -98,7 +98,7 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     assert all(points for points in window.charts.curve_points("speed").values())
     assert set(window.charts.curve_points("positions")) <= set(configs[1:])
     assert window.verdict_label.text().startswith("lookup:")
-    assert "tiny-llama-F32-seed1:" in window.verdict_label.text()
+    assert "llama-other:" in window.verdict_label.text()
     shown = QTextDocument()
     shown.setHtml(window.verdict_label.text())
     assert shown.toPlainText() == verdict(window.run)  # what the user reads, no entities left
@@ -160,7 +160,7 @@ def test_view_menu_opens_it_with_the_library_and_closing_stops_a_run(qtbot, data
     action.trigger()
     window = main_window.compare_window
     assert window.isVisible() and window.setup.main_path() == str(tiny_paths["llama-f32"])
-    assert ("tiny-llama-F32-seed1", True) in window.setup.draft_texts()
+    assert ("llama-other", True) in window.setup.draft_texts()
 
     set_up(window, tiny_paths, n_predict=400)
     qtbot.mouseClick(window.setup.run_button, Qt.MouseButton.LeftButton)

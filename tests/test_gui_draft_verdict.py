@@ -104,3 +104,12 @@ def test_a_copy_of_a_builtin_model_says_it_is_already_here(qtbot, panel, hub, fa
         shot(panel, "discover-already-here")
     finally:
         del fake_hub.repos[REPO_SMOL]
+
+
+def test_a_file_is_named_by_its_file_name_never_its_general_name(tiny_paths):
+    from app.compare.choices import resolve_draft
+    from app.ui.library import FILE, entry_for_file
+
+    entry = entry_for_file(tiny_paths["llama-other"], FILE)
+    assert entry.title == "llama-other" and entry.info.name == "tiny-llama-F32-seed1"
+    assert resolve_draft(str(tiny_paths["llama-other"])).label == "llama-other"  # `specula compare` alike

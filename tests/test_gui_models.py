@@ -43,20 +43,20 @@ def test_draft_list_offers_same_and_text_level_drafts_and_greys_the_rest(qtbot, 
     # (text, enabled, tooltip)
     assert items[0][:2] == ("None (plain decoding)", True)
     assert items[1][:2] == ("Prompt lookup (no draft model)", True)
-    assert item_for(items, "tiny-llama-Q8_0-seed0")[1] is True
-    assert item_for(items, "tiny-qwen2-F32-seed0")[1] is True  # same vocabulary: compatible
+    assert item_for(items, "llama-q8")[1] is True
+    assert item_for(items, "qwen2-f32")[1] is True  # same vocabulary: compatible
     # Another vocabulary (one token's text differs; SmolLM2's is another altogether): offered,
     # marked text-level, the tooltip saying why and what it costs.
-    foreign = item_for(items, "tiny-llama-F32-seed9")
+    foreign = item_for(items, "foreign-vocab")
     assert foreign[1] is True and foreign[0].endswith("text-level (other vocabulary)")
     assert "token text differs at id 300" in foreign[2] and "costs more" in foreign[2]
     smollm = item_for(items, "SmolLM2 135M Instruct")
     assert smollm[1] is True and "text-level" in smollm[0] and "vocabulary sizes differ" in smollm[2]
-    bert = item_for(items, "Tiny Test")  # the header-only file's general.name
+    bert = item_for(items, "wordpiece-vocab")  # the file's name, not its general.name
     assert bert[1] is False and "incompatible" in bert[0] and "cannot re-tokenize drafts" in bert[0]
-    assert "Cannot draft for tiny-llama-F32-seed0" in bert[2]
+    assert "Cannot draft for llama-f32" in bert[2]
     # The main model itself is not offered as its own draft; a greyed one cannot be selected.
-    assert not any(text.startswith("tiny-llama-F32-seed0") for text, _, _ in items)
+    assert not any(text.startswith("llama-f32") for text, _, _ in items)
     assert not window.picker.select_draft(MODEL, str(wordpiece))
     assert window.picker.select_draft(MODEL, str(foreign_vocab_path))
     window.picker.draft_combo.showPopup()
@@ -69,7 +69,7 @@ def test_draft_list_offers_same_and_text_level_drafts_and_greys_the_rest(qtbot, 
     # Switching the main model re-checks every draft against it.
     assert window.picker.select_main(str(builtin_path("smollm2-135m")))
     items = window.picker.draft_items()
-    q8 = item_for(items, "tiny-llama-Q8_0-seed0")
+    q8 = item_for(items, "llama-q8")
     assert q8[1] is True and "text-level" in q8[0]
 
 

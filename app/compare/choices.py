@@ -15,6 +15,7 @@ from typing import Callable
 from app.compare.results import DEFAULT_DRAFT_MAX, MODEL, NONE, ConfigSpec, DraftChoice, is_ngram_kind
 from app.engine.errors import SpeculaError
 from app.hub.builtin import BUILTIN_MODELS, resolve_model_arg
+from app.hub.names import model_title
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,13 @@ def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
         return DraftChoice(MODEL, str(resolve_model_arg(name)), builtin[name])  # the window's title
     if path.exists():
         local = resolve_model_arg(name)
-        return DraftChoice(MODEL, str(local), _label(local))
+        return DraftChoice(MODEL, str(local), _label(local))  # as the window's library names a file
     repo_file = _hub_form(name)
     if repo_file is None:
         raise SpeculaError(f"{name}: no such file (a draft is none, lookup, ngram-cache, ngram-mod or "
                            "several joined by +, a GGUF file, a built-in model or owner/repo/file.gguf)")
     local = _hub_file(*repo_file, notice)
-    return DraftChoice(MODEL, str(local), _label(local))
+    return DraftChoice(MODEL, str(local), model_title(*repo_file))  # as the window names a download
 
 
 def _hub_form(name: str) -> tuple[str, str] | None:
@@ -81,13 +82,8 @@ def _hub_file(repo_id: str, filename: str, notice: Notice | None) -> Path:
 
 
 def _label(path: Path) -> str:
-    from app.engine.gguf_info import read_gguf_info
-
-    try:
-        info = read_gguf_info(path)
-    except SpeculaError:
-        return path.stem
-    return info.name or path.stem
+    """A local draft's name: its file name without ".gguf" (never the header's general.name)."""
+    return path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.name
 
 
 def plan_configs(drafts: list[DraftChoice], sweep: tuple[int, ...] = ()) -> list[ConfigSpec]:

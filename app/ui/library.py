@@ -67,13 +67,20 @@ def entry_for_file(path: Path, source: str, title: str | None = None) -> Library
         info = read_gguf_info(path)
     except SpeculaError as exc:
         return LibraryEntry(str(path), title or path.name, source, None, str(exc))
-    return LibraryEntry(str(path), title or info.name or path.stem, source, info)
+    return LibraryEntry(str(path), title or file_title(path.name), source, info)
+
+
+def file_title(name: str) -> str:
+    """A file's model as the window names it: its file name (which usually states the model and
+    quantization) without ".gguf"; never the header's general.name, which is often cryptic
+    ("Smollm2 135M 8k Lc100K Mix1 Ep2") and the same for every quantization."""
+    return name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
 
 
 def _entry(model: LocalModel) -> LibraryEntry:
     title = model.name
-    if model.source == FOLDER:
-        title = model.info.name if model.info is not None and model.info.name else Path(model.name).name
+    if model.source == FOLDER:  # the path inside the folder: files of two subfolders stay apart
+        title = file_title(model.name)
     return LibraryEntry(str(model.path), title, model.source, model.info if model.usable else None,
                         None if model.usable else model.error or "unreadable", model.same_as)
 
