@@ -44,6 +44,9 @@ def register(sub) -> None:
     demo.set_defaults(func=cmd_demo)
 
 
+MAX_DRAFT = 1024  # far past any useful draft; 2**31 made the schedule allocate until the OOM killer came
+
+
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("-sys", "--system-prompt", default=None, help="system prompt (with --chat)")
@@ -57,6 +60,8 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
     for name in ("n_predict", "draft_max"):
         if getattr(args, name, 1) < 1:
             raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
+    if getattr(args, "draft_max", 1) > MAX_DRAFT:  # the draft-length schedule sizes tables by it
+        raise SystemExit(f"specula: error: --spec-draft-n-max must be at most {MAX_DRAFT}")
     return make_settings(
         max_new_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
         min_p=args.min_p, seed=args.seed, draft_max=args.draft_max, draft_min=args.draft_min,

@@ -37,6 +37,9 @@ class SamplingParams:
         return self.temperature < MIN_TEMPERATURE
 
 
+MAX_SEED = 2**63 - 1  # torch's generator takes a 64-bit seed; the server's limit too
+
+
 def check_sampling(params: SamplingParams) -> None:
     """One-line SpeculaError for values no sampler can use (NaN, inf, negative, out of range)."""
     for name, value, high in (("temperature", params.temperature, math.inf), ("top-p", params.top_p, 1.0),
@@ -46,6 +49,8 @@ def check_sampling(params: SamplingParams) -> None:
             raise SpeculaError(f"{name} must be a finite number {bounds} (got {value})")
     if params.top_k < 0:
         raise SpeculaError(f"top-k must be 0 (off) or more (got {params.top_k})")
+    if params.seed is not None and not 0 <= params.seed <= MAX_SEED:
+        raise SpeculaError(f"seed must be at most {MAX_SEED}, or negative for a random one (got {params.seed})")
 
 
 def make_generator(seed: int | None) -> torch.Generator:

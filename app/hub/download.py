@@ -42,7 +42,7 @@ from app.hub.errors import (ChecksumError, DiskFullError, DownloadCancelled, Dow
 from app.hub.names import split_name
 from app.hub.partials import PendingDownload, discard_partial, pending_downloads, sidecar, write_sidecar
 from app.hub.progress import DownloadProgress, Meter
-from app.hub.remote import RemoteFile, remote_file, request_headers
+from app.hub.remote import RemoteFile, check_repo_id, remote_file, request_headers
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +263,7 @@ def download_gguf(repo_id: str, filename: str, dest_dir: Path | None = None, *,
     Raises DiskFullError before writing anything when it cannot fit; DownloadCancelled or
     DownloadInterrupted leave the partial for the next call to resume; ChecksumError deletes it.
     """
+    check_repo_id(repo_id)  # a bad argument whatever the network
     check_online(f"download {filename}")
     split = split_name(filename)
     names = split.parts() if split else [filename]

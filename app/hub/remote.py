@@ -17,7 +17,8 @@ from urllib.parse import urlparse
 
 from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.file_download import HfFileMetadata
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils import (HFValidationError, build_hf_headers, get_session, hf_raise_for_status,
+                                   validate_repo_id)
 
 from app.engine.errors import ModelFileError
 from app.engine.gguf_info import GGUFInfo, HeaderIncomplete, parse_gguf_header
@@ -66,6 +67,17 @@ def normalize_etag(etag: str) -> str:
     return etag.strip().removeprefix("W/").strip('"')
 
 
+def check_repo_id(repo_id: str) -> None:
+    """HubError (one line) unless `repo_id` is a hub repository id (`owner/name`, as
+    huggingface_hub validates it): its own HFValidationError was a traceback on `hub info` and
+    `hub download`, raised before any request."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        reason = (str(exc).splitlines() or [""])[0][:200]
+        raise HubError(f"{repo_id[:100]!r} is not a repository id (owner/name): {reason}") from None
+
+
 def check_repo_filename(repo_id: str, filename: str) -> None:
     """A repo file name is a relative POSIX path inside the repo; it becomes a path under the
     cache or --dir, so an absolute one, a `..` or a backslash is refused."""
@@ -90,6 +102,7 @@ def remote_file(repo_id: str, filename: str, revision: str | None = None,
                 token: str | bool | None = None) -> RemoteFile:
     """Size, hashes and location of a file on the hub (one HEAD, no retries). HubError when the
     hub's answer names the file with anything but the hashes the hub uses."""
+    check_repo_id(repo_id)  # a bad argument whatever the network
     check_online(f"read {filename} from {repo_id}")
     check_repo_filename(repo_id, filename)
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint())

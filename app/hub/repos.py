@@ -15,6 +15,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.utils import get_session
 
 from app.hub.errors import HubError, check_online, endpoint, hub_call
+from app.hub.remote import check_repo_id
 from app.hub.names import is_gguf, is_model_file, quant_label, quant_rank, split_name
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def _repo_result(model: Any) -> RepoResult:
 
 def list_gguf_files(repo_id: str, revision: str | None = None) -> list[GGUFModelFile]:
     """The GGUF models of a repository, split parts counted as one, smallest first."""
+    check_repo_id(repo_id)
     check_online(f"list the files of {repo_id}")
     api = HfApi(endpoint=endpoint())
     with hub_call(f"list the files of {repo_id}", repo_id):
