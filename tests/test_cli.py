@@ -330,7 +330,7 @@ def test_calibrate_shows_each_plans_curve_and_the_choice_per_drafter(specula, ti
     from app.engine.cpu.plan import MEASURED_TOKENS
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]))
+    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "--backend", "torch")
     assert code == 0, err
     rows = _calibrate_rows(out)
     assert {"float32", "bf16", "bf16-int4"} <= set(rows) and "llama.cpp" not in rows
@@ -351,7 +351,7 @@ def test_calibrate_llama_cpp_without_the_package_says_how_to_install_it(specula,
     monkeypatch.setattr(bench_llamacpp, "available", lambda: False)
     code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "--llama-cpp")
     assert code == 2 and out == ""  # before anything is measured
-    assert one_line(err) == "specula: llama.cpp's rows need llama-cpp-python: pip install '.[bench]'"
+    assert one_line(err) == "specula: llama.cpp's rows need llama-cpp-python: python3 packaging/bootstrap.py installs it"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
@@ -447,3 +447,15 @@ def test_bench_speedups_are_the_median_of_each_rounds_ratio():
     assert _paired_speedups("hf", hf, plain) == (pytest.approx(0.5), None)  # no decode rate of its own
     llama = [([1] * 10, 0.5, 40.0), ([1] * 10, 1.0, 20.0), ([1] * 10, 0.5, 40.0)]
     assert _paired_speedups("llama.cpp", llama, plain) == (pytest.approx(2.0), pytest.approx(4.0))
+
+
+def test_calibrate_on_llama_cpp_measures_its_steps(specula, tiny_paths):
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "-t", "1")
+    assert code == 0, err
+    assert out.startswith("llama.cpp on CPU, 1 threads: a step feeding n tokens")
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 5, 9, 17] and rows[0][2] == "1.00x"
+    assert ("cached in " in out) or ("not kept" in out)

@@ -230,6 +230,9 @@ def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, ti
     picker, offload = window.picker, window.picker.main_offload
     qtbot.waitUntil(lambda: offload._devices is not None, timeout=60_000)
     assert picker.select_main(str(builtin_path("smollm2-135m"))) and picker.select_draft(LOOKUP)
+    assert not picker.int4_check.isVisibleTo(picker)  # a torch CPU setting: hidden on llama.cpp
+    picker.set_backend("torch")
+    assert picker.int4_check.isVisibleTo(picker) and picker.spec().backend == "torch"
     assert picker.int4_check.isChecked() and picker.spec().int4
     cpu_bf16 = not offload.has_gpu() and (offload._devices or {}).get("cpu_dtype") == "bfloat16"
     if cpu_bf16:  # where the loader would pack: the estimate says so, and shrinks
@@ -262,6 +265,7 @@ def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, 
     # needs) in float32, not in every plan a machine may measure fastest.
     pin_plans(monkeypatch, tmp_path, {tiny_paths["llama-f32"]: "float32"})
     window = open_window(qtbot)
+    window.picker.set_backend("torch")  # the plan pinned above is the torch backend's
     add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-b"]])
     facts = load_pair(qtbot, window, tiny_paths["llama-f32"], MODEL, tiny_paths["llama-b"])
     assert facts["draft_text_level"] and "(text-level)" in window.pair_label.text()

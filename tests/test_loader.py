@@ -94,10 +94,21 @@ def test_missing_file(tmp_path):
     assert_one_line_naming(caught.value, "nowhere.gguf")
 
 
+def test_an_architecture_llama_cpp_cannot_run_is_one_line_with_its_cause(tmp_path):
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    path = write_gguf(tmp_path / "rnn.gguf", arch="rwkv6")  # without the keys rwkv6 needs
+    with pytest.raises(ModelFileError) as caught:
+        load_model(path, backend="llama.cpp")
+    message = assert_one_line_naming(caught.value, "rnn.gguf")
+    assert "llama.cpp could not load it" in message and "rwkv6.wkv.head_size" in message
+
+
 def test_unsupported_architecture_names_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "rnn.gguf", arch="rwkv6")
     with pytest.raises(UnsupportedModelError) as caught:
-        load_model(path)
+        load_model(path, backend="torch")
     message = assert_one_line_naming(caught.value, "rnn.gguf")
     assert "rwkv6" in message
     assert "llama" in message and "qwen2" in message
@@ -116,7 +127,7 @@ def test_insufficient_memory(tiny_paths, monkeypatch):
 @pytest.mark.parametrize("kwargs", [{"n_gpu_layers": 5}, {"device": "cuda"}], ids=["ngl", "cuda"])
 def test_gpu_asked_for_where_there_is_none(tiny_paths, kwargs):
     with pytest.raises(DeviceError) as caught:
-        load_model(tiny_paths["llama-f32"], **kwargs)
+        load_model(tiny_paths["llama-f32"], backend="torch", **kwargs)
     message = str(caught.value)
     assert "\n" not in message
     assert "CUDA" in message
@@ -238,3 +249,17 @@ def test_apply_plan_without_gpu_returns_the_model_unchanged():
         assert apply_plan(model, plan) is model
         assert all(p.device.type == "cpu" for p in model.parameters())
         assert all(torch.equal(before[n], t) for n, t in model.state_dict().items())
+
+
+def test_gpu_layers_on_a_cpu_only_llama_cpp_run_on_the_cpu(tiny_paths, caplog):
+    """As llama.cpp itself: -ngl on a build without a GPU backend is a warning, not an error."""
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    from app.engine.backends.choose import llama_cpp_has_gpu
+
+    if llama_cpp_has_gpu():
+        pytest.skip("this llama.cpp build has a GPU backend")
+    loaded = load_model(tiny_paths["llama-q8"], n_gpu_layers=5, backend="llama.cpp")
+    assert loaded.plan.n_gpu_layers == 0 and loaded.plan.describe().startswith("llama.cpp on CPU")
+    assert "no GPU" in caplog.text and "-ngl 5" in caplog.text

@@ -177,7 +177,7 @@ def test_device_probe_reports_no_gpu_with_a_reason(qtbot, host):
     if torch.cuda.is_available():
         assert facts["gpu"] == "cuda" and facts["total_bytes"] > 0 and facts["name"]
     else:
-        assert facts["gpu"] is None and "no GPU" in facts["reason"] and facts["cpu_dtype"] in ("bfloat16", "float32")
+        assert facts["gpu"] is None and "no GPU" in facts["reason"] and facts["cpu_dtype"] in ("gguf", "bfloat16", "float32")
 
 
 def test_jobs_run_on_the_host_thread_and_calls_return_at_once(qtbot, host, tiny_paths):

@@ -24,7 +24,9 @@ import torch
 from app.cli.bench_args import PROMPTS
 from app.cli.run import load_drafter, load_main
 from app.cli.spec_args import spec_choice
+from app.engine.backends import LLAMA_CPP
 from app.engine.chat import render_prompt
+from app.engine.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.cpu import plan as cpu_plan
 from app.engine.events import DoneEvent
 from app.engine.loader import LoadedModel
@@ -48,6 +50,8 @@ class BenchRow:
     accept_rate: float | None
     mean_accepted: float | None
     identical: bool
+    # Where a row of ours left plain decoding: "tie@12" at a near-tie (app.engine.fidelity), else None.
+    divergence: str | None = None
 
 
 def _prompt_ids(main: LoadedModel, text: str) -> list[int]:
@@ -98,7 +102,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         drafter = load_drafter(args, main)  # the -md model and/or --spec-type's combination
         drafters[drafter.name] = drafter
         model_part = getattr(drafter, "fallback", None) or drafter
-        draft_model = model_part.draft.model if hasattr(model_part, "draft") else None
+        draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
     # (row suffix, main model, its drafters): with --plans (or --both-weights), the same file once
     # more in each plan asked for, so that the plans are measured side by side in one run.
     forms = [("", main, drafters, runs_on)]
@@ -110,8 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                    f"; lookup rows on {lookup_main.plan.describe()} ({lookup_main.plan_reason}), "
                    f"'identical' to plain decoding in that plan")
     print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
-          f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), "
-          f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+          f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), {_engine_facts(main)}"
           + (f"; each row the median of {args.repeat} runs, its speedups the median of the rounds' ratios"
              if args.repeat > 1 else "")
           + ("; rows marked [plan]: the same file in that plan" if len(forms) > 1 else ""))
@@ -132,7 +135,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
                 runs_on = form_runs_on.get(drafter_name, form_main)
                 runs[(suffix, name)] = functools.partial(_ours, runs_on, drafter, ids, run_settings)
-        peers = {} if args.no_hf else {"hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
+        # transformers' own generate() runs the torch backend's model: no such rows on llama.cpp.
+        peers = {} if args.no_hf or main.backend == LLAMA_CPP else {
+            "hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
         if peers and draft_model is not None:
             peers["hf assisted"] = {"assistant_model": draft_model}
         for name, kwargs in peers.items():
@@ -141,7 +146,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for name in llama.models if llama is not None else ():
             runs[("llama.cpp", name)] = functools.partial(llama.run, name, ids, args.n_predict)
         results = _interleaved_runs(args.repeat, runs)
-        rows.extend(_prompt_rows(category, forms, settings, args.draft_sweep, results, ids))
+        rows.extend(_prompt_rows(category, forms, settings, args.draft_sweep, results, ids, _judge(main)))
     print(format_table(rows))
     note = _identity_note(rows, main)
     if note:
@@ -187,6 +192,10 @@ def _extra_plans(args: argparse.Namespace, main: LoadedModel) -> list[str]:
     """The plans to run beside the main load: --plans, or --both-weights (the dequantized twin
     of an int4 load); the plan the main load already runs is not repeated."""
     names = [n.strip() for n in (args.plans or "").split(",") if n.strip()]
+    if main.backend == LLAMA_CPP:
+        if names:
+            raise SystemExit("specula: error: --plans are the torch backend's CPU plans (add --backend torch)")
+        return []
     if args.both_weights and main.plan.int4:
         names.append("bf16")
     unknown = [n for n in names if n not in _PLAN_FLAGS]
@@ -198,17 +207,41 @@ def _extra_plans(args: argparse.Namespace, main: LoadedModel) -> list[str]:
     return list(dict.fromkeys(n for n in names if n != current))
 
 
+def _judge(main: LoadedModel):
+    """How a reply of ours that left plain decoding's is marked: "tie@i" where the main model's
+    two best tokens were within fidelity.NEAR_TIE at the first difference (a batch row and a
+    one-token row may round such a tie apart), None (NO) anywhere else."""
+    kv = main.kv_model()
+
+    def judge(ids: list[int], plain: list[int], other: list[int]) -> str | None:
+        found = compare_to_plain(kv, ids, plain, other)
+        return f"tie@{found.index}" if found is not None and found.at_near_tie else None
+
+    return judge
+
+
+def _engine_facts(main: LoadedModel) -> str:
+    """What the rows run on: llama.cpp's threads and the price of a 5-token verify over one token
+    as measured here (it caps what any drafter can gain), or torch's threads and kernels."""
+    if main.backend == LLAMA_CPP:
+        curve = main.model.step_curve
+        batch = f", a 5-token batch costs {curve.ratio(5):.1f}x one token here" if curve is not None else ""
+        return f"llama.cpp threads={main.plan.threads}{batch}"
+    return f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+
+
 def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
-    """llama.cpp on the same file when llama-cpp-python is installed (`pip install .[bench]`)."""
+    """llama.cpp on the same file when llama-cpp-python is installed (packaging/bootstrap.py installs it)."""
     from app.cli import bench_llamacpp
 
     if args.no_llama_cpp or not bench_llamacpp.available():
         return None
     eos = main.tokenizer.eos_token_id
+    stop_ids = {eos} if isinstance(eos, int) else set(eos or ())
+    threads = main.plan.threads if main.backend == LLAMA_CPP else torch.get_num_threads()
     try:
-        peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=torch.get_num_threads(),
-                                           lookup_tokens=args.draft_max,
-                                           stop_ids={eos} if isinstance(eos, int) else set())
+        peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=threads,
+                                           lookup_tokens=args.draft_max, stop_ids=stop_ids)
         peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_llamacpp.LOAD_ERRORS as exc:
         # Our rows are still worth having: one line, and the table without llama.cpp's rows.
@@ -274,7 +307,7 @@ def _paired_speedups(kind: str, done: list[_Run], baseline: list[_Run]) -> tuple
 
 
 def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: str | None,
-                 results: dict[tuple[str, str], list[_Run]], ids: list[int]) -> list[BenchRow]:
+                 results: dict[tuple[str, str], list[_Run]], ids: list[int], judge=None) -> list[BenchRow]:
     """The table's rows for one prompt: each form's drafters against that form's plain decoding,
     then the peers against the first form's."""
     rows: list[BenchRow] = []
@@ -297,6 +330,8 @@ def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: st
                 if id(runs_on) not in own_plain:
                     own_plain[id(runs_on)] = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
                 row = dataclasses.replace(row, identical=tokens == own_plain[id(runs_on)])
+            elif not row.identical and judge is not None:
+                row = dataclasses.replace(row, divergence=judge(ids, _median_run(baseline)[0], tokens))
             rows.append(row)
         first_baseline = first_baseline or baseline
     for (kind, name), done in results.items():
@@ -321,6 +356,11 @@ def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
     ours = [r for r in rows if not r.config.startswith(("hf ", "llama.cpp"))]
     if all(r.identical for r in ours) or main.plan.dtype_name == "float32":
         return None
+    if main.backend == LLAMA_CPP:
+        ties = sum(1 for r in ours if r.divergence)
+        wrong = sum(1 for r in ours if not r.identical and not r.divergence)
+        return (f"note: {ties} row(s) left plain decoding at a near-tie (top-2 logits within {NEAR_TIE}: llama.cpp's "
+                f"batch rows and one-token rows round such ties apart){'' if not wrong else f'; {wrong} elsewhere (NO)'}")
     return (f"note: rows marked NO left plain decoding at a near-tie: in {main.plan.dtype_name} a verify of "
             f"several tokens and a one-token step use different kernels (greedy identity is exact in "
             f"float32: --dtype float32)")
@@ -336,5 +376,6 @@ def format_table(rows: list[BenchRow]) -> str:
         decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
         decode_x = f"{r.decode_speedup:6.2f}x" if r.decode_speedup else f"{'-':>7}"
         lines.append(f"{r.prompt:<14} {r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
-                     f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}  {'yes' if r.identical else 'NO'}")
+                     f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}  "
+                     f"{'yes' if r.identical else r.divergence or 'NO'}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-INSTALL_HINT = "llama.cpp's rows need llama-cpp-python: pip install '.[bench]'"
+INSTALL_HINT = "llama.cpp's rows need llama-cpp-python: python3 packaging/bootstrap.py installs it"
 # What llama-cpp-python raises for a file its llama.cpp cannot run ("Failed to load model from
 # file: ..."): `bench` and `calibrate --llama-cpp` then go on without llama.cpp's rows.
 LOAD_ERRORS = (ValueError, RuntimeError, OSError)

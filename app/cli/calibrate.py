@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import bench_llamacpp
+from app.cli import add_backend_flags, backend_kwargs, bench_llamacpp
 from app.hub.builtin import resolve_model_arg
 
 
@@ -14,11 +14,46 @@ def register(sub) -> None:
     parser.add_argument("model", help="GGUF file or built-in model name")
     parser.add_argument("--no-int4", action="store_true", help="leave the int4-weights plan out")
     parser.add_argument("--llama-cpp", action="store_true",
-                        help="also time llama.cpp's steps on the same file and threads, as a last row (needs pip install '.[bench]')")
+                        help="also time llama.cpp's steps on the same file and threads, as a last row (needs llama-cpp-python, which packaging/bootstrap.py installs)")
+    add_backend_flags(parser)
     parser.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """llama.cpp's step costs (the draft-length schedule's prior) where it runs the model, else
+    the torch backend's CPU plans."""
+    from app.engine.backends.choose import choose_backend
+
+    path = resolve_model_arg(args.model)
+    if choose_backend(args.backend, path, "cpu").is_llama_cpp and not args.llama_cpp:
+        return _calibrate_llama_cpp(path, args)
+    return _calibrate_torch(args)
+
+
+def _calibrate_llama_cpp(path, args: argparse.Namespace) -> int:
+    """Measure llama.cpp's steps of 1-17 tokens again (logits on every row, as a verify reads
+    them) and cache them as the schedule's prior when the machine was steady."""
+    from app.engine.backends import llamacpp_cost, llamacpp_lib
+    from app.engine.backends.llamacpp import LlamaWeights
+    from app.engine.gguf_info import read_gguf_info
+
+    read_gguf_info(path)  # our header checks before llama.cpp reads the file
+    settings = backend_kwargs(args)["llama"]
+    weights = LlamaWeights(path, 0, settings)
+    curve, steady = llamacpp_cost.measure(weights)
+    print(f"llama.cpp on CPU, {settings.thread_count()} threads: a step feeding n tokens (logits for all n)")
+    print(f"{'tokens':>6} {'ms':>9} {'x one':>7}")
+    for n, seconds in curve.points.items():
+        print(f"{n:>6} {seconds * 1000:>9.2f} {curve.ratio(n):>6.2f}x")
+    if steady:
+        llamacpp_cost.store(weights, llamacpp_lib.build_key(), curve)
+        print(f"cached in {llamacpp_cost.cache_file()}: the draft-length schedule starts from it")
+        return 0
+    print("not kept: repeated runs disagreed (another program was busy on the CPU); run it again when the machine is idle")
+    return 0
+
+
+def _calibrate_torch(args: argparse.Namespace) -> int:
     from app.engine.cpu import plan as cpu_plan
     from app.engine.cpu import probe
     from app.engine.fastload import can_fast_load

@@ -25,30 +25,14 @@ def register(sub) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """Header facts and memory needs: a header read, nothing loaded or measured (llama.cpp runs
+    the file's own types; the torch backend's CPU plan is measured when it loads a file)."""
     info = read_gguf_info(resolve_model_arg(args.file))
-    plan = cpu_plan_line(info)
     if args.json:
-        print(json.dumps({**info.to_dict(args.dtype), "cpu_plan": plan}, ensure_ascii=False, indent=2))
+        print(json.dumps(info.to_dict(args.dtype), ensure_ascii=False, indent=2))
     else:
         print(format_info(info, args.dtype))
-        print(f"CPU plan:     {plan}")
     return 0
-
-
-def cpu_plan_line(info) -> str:
-    """The plan `--dtype auto` runs this model in on this CPU, when it has been measured (header
-    facts only: nothing is measured here)."""
-    from app.engine.cpu import plan as cpu_plan
-    from app.engine.fastload import can_fast_load
-    from app.engine.loader import cpu_plan_options
-
-    if not can_fast_load(info):
-        return "float32 (transformers' own load: no plan to measure)"
-    curves = cpu_plan.cached_curves(info, cpu_plan_options(info))
-    if curves is None:
-        return "not measured yet: the first load measures it (a few seconds), or `specula calibrate MODEL`"
-    choice = cpu_plan.choose(curves, "none")
-    return f"{choice.option.label} ({choice.reason})"
 
 
 def cmd_check_pair(args: argparse.Namespace) -> int:

@@ -116,7 +116,7 @@ class AdaptiveDraftLength:
         self._curve_factor = _DecayedMean()  # a verify's time against the curve's, per step
         self._idle_steps = 0
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
-        self.n_steps = self.n_drafting_steps = 0
+        self.n_steps = self.n_drafting_steps = self.n_empty_asks = 0
         self._seen_drafted = self._seen_accepted = 0
 
     def rates(self) -> list[float]:
@@ -257,6 +257,7 @@ class AdaptiveDraftLength:
         verify_s = step_s - (draft_s or 0.0)
         self.n_steps += 1
         self.n_drafting_steps += int(n_drafted > 1)  # a one-token probe is not drafting
+        self.n_empty_asks += int(asked > 1 and n_drafted == 0)  # asked for a draft, none came
         self._seen_drafted += n_drafted
         self._seen_accepted += n_accepted
         if n_drafted == 0:  # a step of one token, whether or not it asked for drafts
@@ -294,6 +295,9 @@ def declined_note(schedule: "AdaptiveDraftLength", min_steps: int = 8) -> str | 
     against the acceptance seen, which made plain decoding the faster choice."""
     if schedule.n_steps < min_steps or schedule.n_drafting_steps * 4 >= schedule.n_steps:
         return None
+    if schedule.n_empty_asks * 2 >= schedule.n_steps:
+        return (f"the drafter had nothing to propose in {schedule.n_empty_asks} of {schedule.n_steps} steps "
+                "(nothing earlier to copy), so this reply ran at plain decoding's speed")
     rate = schedule._seen_accepted / schedule._seen_drafted if schedule._seen_drafted else None
     seen = f"{rate:.0%} of {schedule._seen_drafted} drafted tokens were accepted" if rate is not None else \
         "the drafter proposed nothing"

@@ -64,8 +64,9 @@ class MemoryNeed:
         """'≈ 442 MiB: 155 MiB weights (bfloat16 + int4) + 180 MiB KV for 4,096 tokens + 107 MiB
         while loading' - the same words wherever a need is shown."""
         kind = self.kind + (", as loaded" if self.measured else "")
+        loading = f" + {format_bytes(self.loading)} while loading" if self.loading else ""
         return (f"≈ {format_bytes(self.total)}: {format_bytes(self.weights)} weights ({kind}) + "
-                f"{format_bytes(self.kv)} KV for {self.n_ctx:,} tokens + {format_bytes(self.loading)} while loading")
+                f"{format_bytes(self.kv)} KV for {self.n_ctx:,} tokens{loading}")
 
 
 def default_ctx(info: GGUFInfo) -> int:
@@ -79,16 +80,19 @@ def memory_need(info: GGUFInfo, *, dtype: str = "bfloat16", on_cpu: bool = True,
     weights kept int4 where the loader keeps them: on the CPU in bf16, when allowed), the KV cache,
     and the largest tensor in float32 while loading. `weights_bytes` (and `kind`) replace the
     weights' guess with a loaded model's own count."""
-    int4 = int4_allowed and keeps_int4(dtype, on_cpu=on_cpu)
+    own_types = dtype == "gguf"  # llama.cpp: the file's tensors as stored, memory-mapped
+    int4 = int4_allowed and not own_types and keeps_int4(dtype, on_cpu=on_cpu)
     n_ctx = n_ctx or default_ctx(info)
     measured = weights_bytes is not None
-    # A backend that keeps the file's own types (dtype "gguf") is counted as float16.
+    # A backend that keeps the file's own types keeps its KV cache in float16 (llama.cpp's default).
     kv_dtype = dtype if dtype in ("float32", "float16", "bfloat16") else "float16"
-    weights = weights_bytes if measured else info.memory_bytes(kv_dtype, int4=int4)
+    stored = sum(t.n_bytes for t in info.tensors) if own_types else None
+    weights = weights_bytes if measured else stored if own_types else info.memory_bytes(kv_dtype, int4=int4)
     # "+ int4" only where some weights stay packed (an F32 or F16 file has none to keep).
     int4 = int4 and (measured or weights != info.memory_bytes(kv_dtype, int4=False))
     kv = info.kv_bytes_per_token(kv_dtype, cpu=on_cpu) * n_ctx
-    loading = max((t.n_elements for t in info.tensors), default=0) * 4
+    # torch dequantizes each tensor through float32 while loading; llama.cpp maps the file.
+    loading = 0 if own_types else max((t.n_elements for t in info.tensors), default=0) * 4
     kind = kind or dtype + (" + int4" if int4 else "")
     # llama.cpp keeps each tensor in the file's own type: say so, not the backend's tag "gguf".
     kind = kind.replace("gguf", "the file's own types")

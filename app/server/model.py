@@ -176,7 +176,7 @@ class ServedModel:
             # is it dropped. Any other failure keeps it, so one bad request does not cost every
             # client its cached prefix.
             draft_kv = getattr(drafter, "draft", None)
-            for kv in (self.kv, draft_kv if isinstance(draft_kv, KVModel) else None):
+            for kv in (self.kv, draft_kv if hasattr(draft_kv, "ids") else None):
                 if kv is not None and not cache_in_step(kv):
                     log.warning("a generation failed mid-forward: its KV cache is dropped")
                     kv.reset()
@@ -185,7 +185,10 @@ class ServedModel:
 
 def cache_in_step(kv: KVModel) -> bool:
     """Every layer of the cache holds exactly the positions of kv.ids (KVModel extends ids only
-    after a forward succeeds, so a forward that failed part-way leaves some layer longer)."""
+    after a forward succeeds, so a forward that failed part-way leaves some layer longer).
+    A backend that can tell itself (llama.cpp's LlamaKV.in_step) is asked."""
+    if hasattr(kv, "in_step"):
+        return kv.in_step()
     try:
         layers = len(getattr(kv.cache, "layers", ()))
         return all(kv.cache.get_seq_length(i) == len(kv.ids) for i in range(layers))

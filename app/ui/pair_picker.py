@@ -81,6 +81,15 @@ class PairPicker(QWidget):
             "loaded, and the fastest is used: the line below says which and why. Unchecked, the "
             "int4 plan is never chosen. Either way the reply is the model's own."
         )
+        self.backend_combo = _combo()
+        for label, value in BACKEND_LABELS:
+            self.backend_combo.addItem(label, value)
+        self.backend_combo.setToolTip(
+            "What runs the models. Auto: llama.cpp wherever it runs here (it passed its self-test on "
+            "this CPU and has the device asked for), else torch; the line below says which and why. "
+            "Specula's drafters, schedule and charts work the same on both."
+        )
+        self.backend_combo.currentIndexChanged.connect(self._on_backend_changed)
         self.plan_label = _small_label("Plan: measured on this CPU when the model loads.")
         self.plan_label.setWordWrap(True)
         self.int4_check.toggled.connect(self._on_int4_toggled)
@@ -111,8 +120,10 @@ class PairPicker(QWidget):
 
         main_box = QGroupBox("Main model")
         main_layout = QVBoxLayout(main_box)
-        for widget in (self.main_combo, self.main_facts, self.main_offload, self.int4_check, self.plan_label):
+        for widget in (self.main_combo, self.main_facts, self.main_offload, self.backend_combo, self.int4_check,
+                       self.plan_label):
             main_layout.addWidget(widget)
+        self.int4_check.setVisible(False)  # a torch CPU setting: shown where torch is chosen
         draft_box = QGroupBox("Draft")
         draft_layout = QVBoxLayout(draft_box)
         for widget in (self.draft_combo, self.draft_facts, self.draft_offload):
@@ -208,6 +219,17 @@ class PairPicker(QWidget):
         return [(model.item(r).text(), model.item(r).isEnabled(), model.item(r).toolTip())
                 for r in range(self.draft_combo.count())]
 
+    def backend(self) -> str:
+        return str(self.backend_combo.currentData() or "auto")
+
+    def set_backend(self, value: str) -> None:
+        index = self.backend_combo.findData(value)
+        self.backend_combo.setCurrentIndex(max(index, 0))
+
+    def _on_backend_changed(self, _index: int) -> None:
+        self.int4_check.setVisible(self.backend() == "torch")
+        self.selectionChanged.emit()
+
     def _on_int4_toggled(self, checked: bool) -> None:
         self.main_offload.set_int4(checked)
         self.draft_offload.set_int4(checked)
@@ -225,6 +247,7 @@ class PairPicker(QWidget):
             main_gpu_layers=self.main_offload.gpu_layers(),
             draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
             int4=self.int4_check.isChecked(),
+            backend=self.backend(),
             ngram_dir=str(data_dir() / NGRAM_FOLDER),  # every drafter's replies teach the cache
         )
 
@@ -233,7 +256,7 @@ class PairPicker(QWidget):
     def set_loading(self, loading: bool) -> None:
         self._loading = loading
         for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload, self.int4_check,
-                       self.load_button):
+                       self.backend_combo, self.load_button):
             widget.setEnabled(not loading)
         self.cancel_button.setEnabled(loading)
         if loading:
@@ -252,6 +275,8 @@ class PairPicker(QWidget):
         self.state_label.setText(loaded_text(facts))
         self.state_label.setToolTip(loaded_text(facts))
         self.plan_label.setText(plan_text(facts))
+        # The measured alternatives, for those who want them (torch's CPU plans).
+        self.plan_label.setToolTip(str(facts.get("main_plan_reason") or ""))
         int4_asked = spec.int4 if spec is not None else True
         self.main_offload.set_loaded(facts.get("main_weights"), int4_asked)
         self.draft_offload.set_loaded(facts.get("draft_weights"), int4_asked)
@@ -347,6 +372,11 @@ def main_title(entry: LibraryEntry) -> str:
     return entry.title if entry.info.has_chat_template else f"{entry.title} — base model (continues text)"
 
 
+# (label, PairSpec.backend) of the backend choice.
+BACKEND_LABELS = (("Backend: auto (llama.cpp where it runs)", "auto"), ("Backend: llama.cpp", "llama.cpp"),
+                  ("Backend: torch", "torch"))
+
+
 def main_facts_text(main: LibraryEntry | None) -> str:
     """The facts under the main model's list, with the base-model note where it applies."""
     if main is None:
@@ -358,7 +388,13 @@ def plan_text(facts: dict[str, Any]) -> str:
     """What the loaded main model runs as and why; never "int4" unless its weights are int4."""
     plan = facts.get("main_plan") or "?"
     reason = facts.get("main_plan_reason")
-    text = f"Plan: {plan}" + (f" — {reason}" if reason else "")
+    if facts.get("backend") == "llama.cpp":  # the plan names the backend: say why it was chosen
+        tps = facts.get("main_plain_tps")
+        speed = f" · about {tps:.0f} tok/s without drafting" if tps else ""
+        return f"Runs on {plan}{speed}" + (f" — {reason}" if reason and not reason.startswith("llama.cpp on") else "")
+    backend = facts.get("backend_reason")
+    why = (backend or "").removeprefix("torch: ").removeprefix("torch, ")
+    text = f"Runs on torch ({why}) · {plan}" if backend else f"Plan: {plan}" + (f" — {reason}" if reason else "")
     if not facts.get("main_int4"):
         text += " (weights dequantized: no int4)"
     return text

@@ -121,6 +121,8 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "main_plan": main.plan.describe(),
         "main_plan_reason": main.plan_reason,
         "backend": main.backend,
+        "backend_reason": main.backend_reason,
+        "main_plain_tps": _plain_tps(main),
         "main_int4": main.plan.int4,
         "main_weights": main_weights,
         "draft_name": draft.name if draft is not None else None,
@@ -137,6 +139,12 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "chat_template": bool(main.info.has_chat_template),
         "rope_fix": main.rope_fix,
     }
+
+
+def _plain_tps(main: Any) -> float | None:
+    """Tokens per second of plain decoding as llama.cpp's measured one-token step has it."""
+    curve = getattr(main.model, "step_curve", None) if main.backend == "llama.cpp" else None
+    return 1.0 / curve.cost(1) if curve is not None and curve.cost(1) > 0 else None
 
 
 def weights_facts(model: Any) -> dict[str, Any]:
@@ -164,12 +172,15 @@ def device_facts() -> dict[str, Any]:
 
     from app.engine.device import auto_dtype, available_gpu
 
+    from app.engine.backends.choose import llama_cpp_problem
+
     gpu = available_gpu()
     facts: dict[str, Any] = {
         "gpu": gpu, "name": None, "total_bytes": None, "free_bytes": None, "reason": None,
-        # Before a load the CPU plan is not known (it is measured then, app.engine.cpu.plan):
-        # estimates are made at bf16, what that plan is for plain decoding on every CPU measured.
-        "cpu_dtype": "bfloat16",
+        # Where llama.cpp runs (auto's choice) it keeps the file's own types ("gguf"); on torch the
+        # CPU plan is measured at load, and estimates are made at bf16, what that plan is for plain
+        # decoding on every CPU measured.
+        "cpu_dtype": "gguf" if llama_cpp_problem() is None else "bfloat16",
         "gpu_dtype": str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None,
     }
     if gpu == "cuda":

@@ -53,7 +53,7 @@ def choose_backend(requested: str, model_path: str | Path | None = None, device:
     if requested not in BACKEND_CHOICES:
         raise BackendUnavailable(f"unknown backend {requested!r} (choose from {', '.join(BACKEND_CHOICES)})")
     if requested == TORCH:
-        return BackendChoice(TORCH, "torch, as asked (--backend torch)")
+        return BackendChoice(TORCH, "torch, as asked")
     if requested == LLAMA_CPP:
         problem = llama_cpp_problem(model_path)
         if problem is not None:

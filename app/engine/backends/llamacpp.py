@@ -205,6 +205,11 @@ class LlamaKV:
         self.rewind(keep)
         return self.feed(context[keep:], 1)[0]
 
+    def in_step(self) -> bool:
+        """The cache holds exactly the positions of `ids` (a decode that failed part-way may
+        have left others): llama.cpp's own last position of the sequence."""
+        return int(self.lib.llama_memory_seq_pos_max(self.memory, 0)) == len(self.ids) - 1
+
     # --- below the seam -----------------------------------------------------------------------
 
     def _decode(self, chunk: list[int], pos0: int, first_logit: int) -> None:

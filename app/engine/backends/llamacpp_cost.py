@@ -47,14 +47,17 @@ class StepCurve:
         return self.cost(n) / self.cost(1)
 
 
-def measure(weights, cancel: Callable[[], bool] | None = None) -> StepCurve:
-    """Fewest seconds of each step size after a short context (about a second on a small model)."""
+def measure(weights, cancel: Callable[[], bool] | None = None) -> tuple[StepCurve, bool]:
+    """Fewest seconds of each step size after a short context (about a second on a small model),
+    and whether the machine was steady while measuring (the one-token step's repeats within 1.5x
+    of each other: a busy machine's curve is used but not cached)."""
     kv = weights.context(_CONTEXT + max(POINTS) + 8)
     try:
         tokens = [(7 * i + 3) % max(weights.n_vocab - 1, 1) for i in range(_CONTEXT + max(POINTS))]
         kv.feed_rows(tokens[:_CONTEXT], 1)
         kv.feed_rows(tokens[_CONTEXT:_CONTEXT + 4], 4)  # warm-up
         best = {n: math.inf for n in POINTS}
+        ones: list[float] = []
         for _ in range(_REPEATS):
             for n in POINTS:
                 if cancel is not None and cancel():
@@ -62,13 +65,17 @@ def measure(weights, cancel: Callable[[], bool] | None = None) -> StepCurve:
                 kv.rewind(_CONTEXT)
                 started = time.perf_counter()
                 kv.feed_rows(tokens[_CONTEXT:_CONTEXT + n], n).argmax(n - 1)
-                best[n] = min(best[n], time.perf_counter() - started)
-        return StepCurve({n: s for n, s in best.items() if math.isfinite(s)} or {1: 1.0, 2: 2.0})
+                elapsed = time.perf_counter() - started
+                best[n] = min(best[n], elapsed)
+                if n == 1:
+                    ones.append(elapsed)
+        steady = len(ones) == _REPEATS and max(ones) <= 1.5 * min(ones)
+        return StepCurve({n: s for n, s in best.items() if math.isfinite(s)} or {1: 1.0, 2: 2.0}), steady
     finally:
         kv.close()
 
 
-def _cache_file() -> Path:
+def cache_file() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "specula" / "llamacpp-steps.json"
 
@@ -94,7 +101,7 @@ def _valid(points: object) -> dict[int, float] | None:
 
 def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) -> StepCurve:
     """The cached curve for this model, build, settings and CPU, or measured now and cached."""
-    path, key = _cache_file(), _key(weights, build)
+    path, key = cache_file(), _key(weights, build)
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
@@ -104,10 +111,26 @@ def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) ->
     points = _valid(cached.get(key))
     if points is not None:
         return StepCurve(points)
-    curve = measure(weights, cancel)
+    curve, steady = measure(weights, cancel)
+    if not steady:
+        log.info("the CPU was busy while llama.cpp's steps were measured: not cached, measured again next load")
+        return curve
     log.info("llama.cpp step costs for %s: %s", weights.path.name,
              ", ".join(f"{n}: {s * 1000:.1f} ms" for n, s in curve.points.items()))
-    cached[key] = {str(n): s for n, s in curve.points.items()}
+    store(weights, build, curve, cached)
+    return curve
+
+
+def store(weights, build: str, curve: StepCurve, cached: dict | None = None) -> None:
+    """Keep this curve for the model, build, settings and CPU (replacing an older one)."""
+    path = cache_file()
+    if cached is None:
+        try:
+            cached = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            cached = {}
+        cached = cached if isinstance(cached, dict) else {}
+    cached[_key(weights, build)] = {str(n): s for n, s in curve.points.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -115,4 +138,3 @@ def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) ->
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("could not cache llama.cpp's step costs: %s", exc)
-    return curve

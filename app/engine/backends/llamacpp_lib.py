@@ -65,8 +65,13 @@ def binding() -> Any:
 
 
 def last_error() -> str:
-    """The last error line llama.cpp logged (empty if none)."""
-    return _errors[-1] if _errors else ""
+    """The first error line llama.cpp logged since clear_errors() (the cause; later lines say
+    that the caller failed), without its function's name; empty if none."""
+    if not _errors:
+        return ""
+    line = _errors[0]
+    head, sep, rest = line.partition(": ")
+    return rest if sep and head.replace("_", "").isalnum() else line
 
 
 def clear_errors() -> None:
@@ -83,7 +88,7 @@ def _route_log(lib: Any) -> None:
         level = last_level[0] if level == 5 else level  # 5: continues the previous line
         last_level[0] = level
         line = text.decode("utf-8", "replace").rstrip()
-        if level == 3 and line:
+        if level == 4 and line:  # GGML_LOG_LEVEL_ERROR
             _errors.append(line)
         if line:
             log.debug("llama.cpp: %s", line)

@@ -1,4 +1,6 @@
-"""GGUF file -> (transformers model, tokenizer) on a device plan, with progress and cancel.
+"""The torch backend's load: GGUF file -> (transformers model, tokenizer) on a device plan, with
+progress and cancel. Used where llama.cpp cannot run a file or is not installed, for CUDA/MPS
+where the llama.cpp build has no GPU, and with --backend torch or a --dtype asked for.
 
 Everything that can be checked on the header is checked before any weight is read: the file is a
 whole GGUF, its architecture runs, and it fits in memory. Errors are one line naming the file.
@@ -13,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 import transformers
@@ -21,9 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine import fastload
-from app.engine.backends import AUTO, LLAMA_CPP, TORCH, llamacpp_load
-from app.engine.backends.choose import choose_backend
-from app.engine.backends.llamacpp import LlamaSettings
+from app.engine.backends import TORCH
 from app.engine.cpu import calibrate, int8head, quantlinear
 from app.engine.cpu import plan as cpu_plan
 from app.engine.cpu.attention import use_cpu_attention
@@ -34,62 +34,16 @@ from app.engine.gguf_info import (GGUFInfo, check_tensor_table, format_bytes, in
                                    read_tensor)
 from app.engine.machine import memory_limit_bytes
 from app.engine.cpu.rowexact import replaces_int4, wrap_linears
-from app.engine.kvmodel import KVModel, require_cache_argument
+from app.engine.kvmodel import require_cache_argument
+from app.engine.loader import CancelCheck, LoadedModel, ProgressCallback
 from app.engine.rope import apply_rope_scaling
 
 log = logging.getLogger(__name__)
-
-ProgressCallback = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
-CancelCheck = Callable[[], bool]
 
 # transformers reads GGUF tensors through one module-level loop; loads are serialized so that our
 # progress hook on that loop belongs to exactly one load.
 _LOAD_LOCK = threading.Lock()
 GiB = 1 << 30
-
-
-@dataclass
-class LoadedModel:
-    path: Path
-    info: GGUFInfo
-    model: torch.nn.Module
-    tokenizer: transformers.PreTrainedTokenizerBase
-    plan: DevicePlan
-    load_s: float
-    rope_fix: str | None = None
-    choice: cpu_plan.PlanChoice | None = None  # how `auto` chose the CPU plan, when it did
-    backend: str = TORCH  # LLAMA_CPP: `model` is a LlamaWeights, `tokenizer` a LlamaTokenizer
-    backend_reason: str = ""  # why this backend, in one line
-
-    @property
-    def plan_reason(self) -> str:
-        """Why the model runs as it does, for the window, inspect, run and bench."""
-        if self.backend == LLAMA_CPP:
-            return self.backend_reason
-        if self.choice is not None:
-            return self.choice.reason
-        return "as asked" if self.plan.gpu is None else "on the GPU"
-
-    @property
-    def name(self) -> str:
-        return self.info.name or self.path.stem
-
-    @property
-    def weights_bytes(self) -> int:
-        """What the weights hold once loaded, in this plan on this CPU."""
-        if self.backend == LLAMA_CPP:
-            return llamacpp_load.weights_bytes(self.info)
-        return weights_bytes(self.info, self.plan)
-
-    def kv_model(self, n_ctx: int | None = None):
-        """A fresh KV cache over this model (app.engine.seam.KVModelLike); n_ctx defaults to the
-        model's context length (llama.cpp: its own default, 4096, where the model allows it)."""
-        if self.backend == LLAMA_CPP:
-            return llamacpp_load.new_context(self.model, self.info, n_ctx)
-        kv = KVModel(self.model, n_ctx or self.info.context_length or None)
-        if self.choice is not None and self.choice.curve is not None:
-            kv.step_cost = self.choice.curve.cost
-        return kv
 
 
 def supported_architectures() -> list[str]:
@@ -162,8 +116,9 @@ def _tensor_progress(progress: ProgressCallback | None, cancel: CancelCheck | No
         gguf_utils.tqdm = original
 
 
-def load_model(
-    path: str | Path,
+def load_torch(
+    path: Path,
+    info: GGUFInfo,
     *,
     device: str = "auto",
     dtype: str = "auto",
@@ -173,36 +128,17 @@ def load_model(
     int4: bool = True,
     drafter: str = "none",
     int8_head: bool = False,
-    backend: str = AUTO,
-    llama: LlamaSettings = LlamaSettings(),
+    backend_reason: str = "",
+    started: float | None = None,
 ) -> LoadedModel:
-    """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
-    int4=False dequantizes every weight to the dtype even where the int4 kernel could run it.
-    int8_head=True runs the output projection in int8 (app.engine.cpu.int8head) on a CPU bf16
-    load where it can run; with dtype "auto" the measured plan decides instead.
-    With dtype "auto" on the CPU the plan is measured (app.engine.cpu.plan) for the drafter that
-    will run ("none", "lookup", "draft").
-    backend: auto (llama.cpp where it runs here, else torch; app.engine.backends.choose),
-    llama.cpp or torch; `llama` holds llama.cpp's run-time settings."""
-    path = Path(path)
-    started = time.monotonic()
+    """Load a checked GGUF header's file on torch. Raises SpeculaError subclasses with one-line
+    messages. int4=False dequantizes every weight to the dtype even where the int4 kernel could
+    run it. int8_head=True runs the output projection in int8 (app.engine.cpu.int8head) on a CPU
+    bf16 load where it can run; with dtype "auto" the measured plan decides instead. With dtype
+    "auto" on the CPU the plan is measured (app.engine.cpu.plan) for the drafter that will run
+    ("none", "lookup", "draft")."""
+    started = time.monotonic() if started is None else started
     report = progress or (lambda stage, fraction: None)
-    report("reading header", 0.0)
-    info = read_gguf_info(path)
-    check_tensor_table(info)  # the header must agree with the tensors before sizes come from it
-    chosen = choose_backend(backend, path, device, n_gpu_layers, dtype)
-    if chosen.is_llama_cpp:
-        try:
-            weights, tokenizer, plan, load_s = llamacpp_load.load_llamacpp(info, n_gpu_layers, llama, progress, cancel)
-            return LoadedModel(path, info, weights, tokenizer, plan, load_s, backend=LLAMA_CPP,
-                               backend_reason=chosen.reason)
-        except ModelFileError as exc:
-            if backend != AUTO or not _torch_runs(info):
-                raise
-            log.warning("%s; trying torch", exc)
-            backend_reason = f"torch: {exc}"
-    else:
-        backend_reason = chosen.reason
     require_cache_argument()  # before seconds of loading, not after
     check_supported(info)
     try:
@@ -266,7 +202,8 @@ def load_model(
     return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix, choice, TORCH, backend_reason)
 
 
-def _torch_runs(info: GGUFInfo) -> bool:
+def torch_runs(info: GGUFInfo) -> bool:
+    """transformers knows this file's architecture."""
     try:
         check_supported(info)
     except UnsupportedModelError:
@@ -377,4 +314,4 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-__all__ = ["LoadedModel", "load_model", "supported_architectures", "check_supported"]
+__all__ = ["load_torch", "supported_architectures", "check_supported", "torch_runs"]

@@ -1,0 +1,139 @@
+"""GGUF file -> a model behind the seam (app.engine.seam), on the backend chosen for it.
+
+The header is read and checked by our own reader first (app.engine.gguf_info: a whole GGUF whose
+header agrees with its tensors), whatever runs the file: llama.cpp's GGUF reader has had
+memory-safety bugs. Then app.engine.backends.choose picks llama.cpp (where it imports, passed its
+self-test on this CPU and runs the device asked for) or torch, and the file loads there; with
+`auto`, a file llama.cpp refuses is tried on torch. Errors are one line naming the file.
+
+This module imports neither transformers nor the torch backend's CPU kernels: a llama.cpp load
+(the default) starts without them (app.engine.backends.torch_load has the torch path).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from app.engine.backends import AUTO, LLAMA_CPP, TORCH, llamacpp_load
+from app.engine.backends.choose import choose_backend
+from app.engine.backends.llamacpp import LlamaSettings
+from app.engine.errors import ModelFileError
+from app.engine.gguf_info import GGUFInfo, read_gguf_info
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
+CancelCheck = Callable[[], bool]
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    info: GGUFInfo
+    model: Any  # torch: the transformers model; llama.cpp: a LlamaWeights
+    tokenizer: Any  # torch: transformers' tokenizer; llama.cpp: a LlamaTokenizer (the same calls)
+    plan: Any  # torch: app.engine.device.DevicePlan; llama.cpp: llamacpp_load.LlamaPlan
+    load_s: float
+    rope_fix: str | None = None
+    choice: Any = None  # torch: how `auto` chose the CPU plan (app.engine.cpu.plan.PlanChoice), when it did
+    backend: str = TORCH
+    backend_reason: str = ""  # why this backend, in one line
+
+    @property
+    def plan_reason(self) -> str:
+        """Why the model runs as it does, for the window, inspect, run and bench."""
+        if self.backend == LLAMA_CPP:
+            return self.backend_reason
+        if self.choice is not None:
+            return self.choice.reason
+        return "as asked" if self.plan.gpu is None else "on the GPU"
+
+    @property
+    def name(self) -> str:
+        return self.info.name or self.path.stem
+
+    @property
+    def weights_bytes(self) -> int:
+        """What the weights hold once loaded, in this plan on this machine."""
+        if self.backend == LLAMA_CPP:
+            return llamacpp_load.weights_bytes(self.info)
+        from app.engine.backends.torch_load import weights_bytes
+
+        return weights_bytes(self.info, self.plan)
+
+    def kv_model(self, n_ctx: int | None = None):
+        """A fresh KV cache over this model (app.engine.seam.KVModelLike); n_ctx defaults to the
+        model's context length (llama.cpp: its own default, 4096, where the model allows it)."""
+        if self.backend == LLAMA_CPP:
+            return llamacpp_load.new_context(self.model, self.info, n_ctx)
+        from app.engine.kvmodel import KVModel
+
+        kv = KVModel(self.model, n_ctx or self.info.context_length or None)
+        if self.choice is not None and self.choice.curve is not None:
+            kv.step_cost = self.choice.curve.cost
+        return kv
+
+
+def load_model(
+    path: str | Path,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    n_gpu_layers: int | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: CancelCheck | None = None,
+    int4: bool = True,
+    drafter: str = "none",
+    int8_head: bool = False,
+    backend: str = AUTO,
+    llama: LlamaSettings = LlamaSettings(),
+) -> LoadedModel:
+    """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
+    backend: auto (llama.cpp where it runs here, else torch; app.engine.backends.choose),
+    llama.cpp or torch; `llama` holds llama.cpp's run-time settings. dtype, int4, int8_head and
+    drafter are the torch backend's (app.engine.backends.torch_load.load_torch); the backend's
+    settings never depend on the drafter."""
+    path = Path(path)
+    started = time.monotonic()
+    if progress is not None:
+        progress("reading header", 0.0)
+    info = read_gguf_info(path)  # checks the header against the tensors, for every backend
+    chosen = choose_backend(backend, path, device, n_gpu_layers, dtype)
+    backend_reason = chosen.reason
+    if chosen.is_llama_cpp:
+        try:
+            weights, tokenizer, plan, load_s = llamacpp_load.load_llamacpp(info, n_gpu_layers, llama, progress, cancel)
+            return LoadedModel(path, info, weights, tokenizer, plan, load_s, backend=LLAMA_CPP,
+                               backend_reason=chosen.reason)
+        except ModelFileError as exc:
+            from app.engine.backends.torch_load import torch_runs
+
+            if backend != AUTO or not torch_runs(info):
+                raise
+            log.warning("%s; trying torch", exc)
+            backend_reason = f"torch: {exc}"
+    from app.engine.backends.torch_load import load_torch
+
+    return load_torch(path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers, progress=progress,
+                      cancel=cancel, int4=int4, drafter=drafter, int8_head=int8_head,
+                      backend_reason=backend_reason, started=started)
+
+
+# The torch backend's helpers, still reached through this module by the CLI and the tests.
+_TORCH_NAMES = {"check_supported", "supported_architectures", "cpu_plan_options", "choose_cpu_plan",
+                "prepare_cpu_model", "check_memory", "estimate_load_bytes", "weights_bytes", "_use_int4"}
+
+
+def __getattr__(name: str):
+    if name in _TORCH_NAMES:
+        from app.engine.backends import torch_load
+
+        return getattr(torch_load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["LoadedModel", "load_model"]

@@ -1,0 +1,66 @@
+"""The drafter never changes the answer, with the defaults a user gets: on both demo models, plain
+greedy decoding against every drafter, on the bench's prompts and the list-copying prompt that
+once parted at token 12. Every reply equals plain decoding's, or leaves it only where the main
+model's two best tokens were within fidelity.NEAR_TIE (a tie that llama.cpp's batch rows and
+one-token rows may round apart); the count of such ties is printed."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli.bench_args import PROMPTS
+from app.engine.events import DoneEvent
+from app.engine.fidelity import compare_to_plain
+from app.engine.loader import load_model
+from app.engine.pair import make_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import DecodeSettings, generate
+
+pytestmark = pytest.mark.demo
+
+TABLE = ("Copy this table, then add one more row in the same style:\n| city | river |\n| Paris | Seine |\n"
+         "| London | Thames |\n| Vienna | Danube |")
+SETTINGS = DecodeSettings(max_new_tokens=64, sampling=SamplingParams(temperature=0.0))
+
+
+@pytest.fixture(scope="module")
+def demos(demo_path):
+    return {key: load_model(demo_path(key)) for key in ("gemma3-270m", "smollm2-135m")}
+
+
+def reply(main, drafter, ids):
+    events = generate(main.kv_model(), main.tokenizer, ids, drafter, SETTINGS)
+    return next(e.summary for e in events if isinstance(e, DoneEvent))
+
+
+@pytest.mark.parametrize("key", ["gemma3-270m", "smollm2-135m"])
+def test_every_drafter_keeps_plain_decodings_reply_or_parts_only_at_a_near_tie(demos, key, capsys):
+    main = demos[key]
+    other = demos["smollm2-135m" if key == "gemma3-270m" else "gemma3-270m"]
+    drafters = {kind: (lambda kind=kind: make_drafter(main, kind)) for kind in ("lookup", "ngram-cache", "lookup+ngram-cache")}
+    drafters["text-level draft"] = lambda: make_drafter(main, draft=other)
+    prompts = [main.tokenizer.encode(TABLE)] + [main.tokenizer.encode(text) for text in PROMPTS.values()]
+    checked = ties = drafted = 0
+    kv = main.kv_model()
+    for ids in prompts:
+        plain = reply(main, make_drafter(main, "none"), ids).tokens
+        for name, make in drafters.items():
+            summary = reply(main, make(), ids)
+            drafted += summary.n_drafted
+            checked += 1
+            found = compare_to_plain(kv, ids, plain, summary.tokens)
+            if found is None:
+                continue
+            assert found.at_near_tie, f"{key} with {name} left plain decoding at token {found.index}, gap {found.gap:.3f}"
+            ties += 1
+    assert drafted > 0
+    with capsys.disabled():
+        print(f"\n{key} on {main.plan.describe()}: {checked - ties} of {checked} replies identical to plain "
+              f"decoding, {ties} parted at a near-tie")
+
+
+def test_the_backends_settings_do_not_depend_on_the_drafter(demo_path):
+    path = demo_path("gemma3-270m")
+    plain = load_model(path, drafter="none")
+    drafted = load_model(path, drafter="lookup")
+    assert plain.backend == drafted.backend and plain.plan == drafted.plan
