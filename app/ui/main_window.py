@@ -172,6 +172,7 @@ class MainWindow(QMainWindow):
         for widget in (self.picker.load_button, self.picker.cancel_button):
             buttons.addWidget(widget)
         buttons.addWidget(self.picker.progress, 1)
+        layout.addWidget(self.picker.pending_label)
         layout.addLayout(buttons)
         layout.addWidget(self.picker.state_label)
         return row
@@ -239,6 +240,9 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, facts: dict) -> None:
         spec, self._loading_spec = self._loading_spec, None
+        swap_error = facts.get("swap_error")  # only the drafter was to change, and it did not
+        if swap_error:
+            spec = self.picker.loaded_spec()
         # The library's titles, as the pickers show them (a file's general.name can be cryptic).
         facts = {**facts, "main_name": self._title(facts["main_path"], facts["main_name"]),
                  "draft_name": self._title(facts.get("draft_path"), facts.get("draft_name"))}
@@ -254,8 +258,14 @@ class MainWindow(QMainWindow):
         if facts.get("draft_text_level"):
             drafter = f"{drafter} (text-level)"
         self.pair_label.setText(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")
-        self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
-        if spec is not None:
+        if swap_error:
+            self.show_message(f"the drafter did not change: {swap_error}; {facts['main_name']} runs with {drafter}")
+        elif facts.get("main_kept"):
+            self.show_message(f"now drafting with {drafter} ({facts.get('swap_s', 0):.1f} s); "
+                              f"{facts['main_name']} stayed loaded")
+        else:
+            self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
+        if spec is not None and not swap_error:
             self.settings.setValue("pair/last", json.dumps(spec.__dict__))
 
     def _title(self, path: str | None, fallback: str | None) -> str | None:

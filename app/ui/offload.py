@@ -35,6 +35,11 @@ class OffloadControl(QWidget):
         self.value_label = QLabel()
         self.value_label.setMinimumWidth(90)
         self.detail = small_muted_label()
+        # Set by the pair picker while the slider is not what runs (a reload applies it).
+        self.note = small_muted_label()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color: #b45309")
+        self.note.setVisible(False)
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(QLabel("GPU layers"))
@@ -45,6 +50,7 @@ class OffloadControl(QWidget):
         layout.setSpacing(2)
         layout.addLayout(row)
         layout.addWidget(self.detail)
+        layout.addWidget(self.note)
         self._update()
 
     def set_model(self, info: GGUFInfo | None) -> None:
@@ -83,6 +89,11 @@ class OffloadControl(QWidget):
         head included, not of the bf16 guess made before it."""
         self._loaded = (weights, int4_asked) if weights is not None else None
         self._update()
+
+    def set_note(self, text: str) -> None:
+        """A change of this slider that needs a reload, said beside it ("" hides it)."""
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
 
     def set_gpu_layers(self, value: int | None) -> None:
         if value is not None:

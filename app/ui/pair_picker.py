@@ -34,6 +34,7 @@ from app.ui.library import LibraryEntry
 from app.ui.offload import OffloadControl
 from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
+from app.worker.engine_calls import keeps_main
 from app.worker.requests import DRAFTER_TEXT, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE, NONE, PairSpec
 
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -65,6 +66,7 @@ class PairPicker(QWidget):
         super().__init__(parent)
         self._entries: list[LibraryEntry] = []
         self._loaded_spec: PairSpec | None = None
+        self._loaded_facts: dict[str, Any] = {}
         self._loading = False
         self._draft_pref: tuple[str, str | None] = (LOOKUP, None)  # the user's last draft choice
 
@@ -93,6 +95,8 @@ class PairPicker(QWidget):
         self.plan_label = _small_label("Plan: measured on this CPU when the model loads.")
         self.plan_label.setWordWrap(True)
         self.int4_check.toggled.connect(self._on_int4_toggled)
+        # Beside each control whose change needs a reload: what still runs until then.
+        self.int4_note, self.backend_note = _note_label(), _note_label()
 
         self.draft_combo = _combo()
         self.draft_combo.setToolTip(
@@ -117,11 +121,14 @@ class PairPicker(QWidget):
         self.progress.setTextVisible(True)
         self.progress.setFormat("")
         self.state_label = _small_label("Nothing loaded.")
+        # A choice that differs from what runs: said plainly above Load/Apply (issue 43 item 1).
+        self.pending_label = _note_label()
+        self.pending_label.setObjectName("pendingChange")
 
         main_box = QGroupBox("Main model")
         main_layout = QVBoxLayout(main_box)
-        for widget in (self.main_combo, self.main_facts, self.main_offload, self.backend_combo, self.int4_check,
-                       self.plan_label):
+        for widget in (self.main_combo, self.main_facts, self.main_offload, self.backend_combo, self.backend_note,
+                       self.int4_check, self.int4_note, self.plan_label):
             main_layout.addWidget(widget)
         self.int4_check.setVisible(False)  # a torch CPU setting: shown where torch is chosen
         draft_box = QGroupBox("Draft")
@@ -136,9 +143,13 @@ class PairPicker(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(main_box)
         layout.addWidget(draft_box)
+        layout.addWidget(self.pending_label)
         layout.addLayout(buttons)
         layout.addWidget(self.state_label)
         self._refresh_draft_controls()
+        self.selectionChanged.connect(self._refresh_pending)
+        self.main_offload.changed.connect(self._refresh_pending)
+        self.draft_offload.changed.connect(self._refresh_pending)
 
     # --- library and devices ------------------------------------------------------------------
 
@@ -263,13 +274,14 @@ class PairPicker(QWidget):
             self.progress.setValue(0)
             self.progress.setFormat("starting…")
         self._refresh_draft_controls()
+        self._refresh_pending()
 
     def set_progress(self, stage: str, fraction: float) -> None:
         self.progress.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
         self.progress.setFormat(f"{stage} %p%")
 
     def set_loaded(self, facts: dict[str, Any], spec: PairSpec | None) -> None:
-        self._loaded_spec = spec
+        self._loaded_spec, self._loaded_facts = spec, dict(facts)
         self.progress.setValue(1000)
         self.progress.setFormat("loaded")
         self.state_label.setText(loaded_text(facts))
@@ -280,18 +292,59 @@ class PairPicker(QWidget):
         int4_asked = spec.int4 if spec is not None else True
         self.main_offload.set_loaded(facts.get("main_weights"), int4_asked)
         self.draft_offload.set_loaded(facts.get("draft_weights"), int4_asked)
+        self._refresh_pending()
 
     def set_failed(self, message: str) -> None:
         self.progress.setValue(0)
         self.progress.setFormat("")
         kept = " (the previous pair was unloaded)" if self._loaded_spec is not None else ""
-        self._loaded_spec = None
+        self._loaded_spec, self._loaded_facts = None, {}
         self.main_offload.set_loaded(None)
         self.draft_offload.set_loaded(None)
         self.state_label.setText(f"<span style='color:#b91c1c'>Not loaded: {_escape(message)}</span>{kept}")
+        self.plan_label.setText("Plan: measured on this CPU when the model loads.")
+        self._refresh_pending()
 
     def loaded_spec(self) -> PairSpec | None:
         return self._loaded_spec
+
+    def pending_change(self) -> bool:
+        """True when the chosen pair is not the one running (Load or Apply would change it)."""
+        return not self.pending_label.isHidden()
+
+    def _refresh_pending(self) -> None:
+        """Say what runs and what is only chosen: the pending line and the action's name, and a
+        note beside each control whose value is not the running one (issue 43 items 1 and 2)."""
+        loaded, chosen = self._loaded_spec, self.spec()
+        live = loaded is not None and chosen is not None and not self._loading
+        same_main = live and chosen.main_path == loaded.main_path
+        notes = pending_notes(loaded, chosen) if same_main else {}
+        self.backend_note.setText(notes.get("backend", ""))
+        self.int4_note.setText(notes.get("int4", ""))
+        self.main_offload.set_note(notes.get("main_gpu", ""))
+        self.draft_offload.set_note(notes.get("draft_gpu", ""))
+        self.backend_note.setVisible(bool(self.backend_note.text()))
+        self.int4_note.setVisible(bool(self.int4_note.text()) and not self.int4_check.isHidden())
+        pending = live and chosen != loaded
+        swap = pending and keeps_main(loaded, self._loaded_facts.get("backend"), chosen)
+        self.load_button.setText("Apply" if swap else ("Reload" if live and not pending else "Load"))
+        self.load_button.setToolTip(
+            "Change only the drafter: the main model stays loaded" if swap else
+            "Load the chosen pair; what runs now keeps running until it is loaded")
+        self.pending_label.setVisible(pending)
+        if pending:
+            names = self._names()
+            self.pending_label.setText(pending_text(loaded, chosen, names, swap))
+        if live:  # the bar and the plan line describe what runs, never the choice
+            self.progress.setValue(0 if pending else 1000)
+            self.progress.setFormat("change not applied yet" if pending else "loaded")
+            running = self._loaded_facts.get("main_name") or Path(loaded.main_path).name
+            prefix = "" if same_main else f"Running now: {running} — "
+            self.plan_label.setText(prefix + plan_text(self._loaded_facts))
+
+    def _names(self) -> dict[str, str]:
+        """path -> the library's title, for the pending line."""
+        return {e.path: e.title for e in self._entries}
 
     # --- reactions ----------------------------------------------------------------------------
 
@@ -406,11 +459,66 @@ def loaded_text(facts: dict[str, Any]) -> str:
     draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
     if facts.get("ngram_entries") is not None and facts.get("drafter") in (NGRAM_CACHE, LOOKUP_CACHE):
         draft += f" ({facts['ngram_entries']:,} n-grams learned)"
+    took = (f"(drafter changed in {facts.get('swap_s', 0):.1f} s, the main model stayed loaded)"
+            if facts.get("main_kept") else f"in {facts.get('load_s', 0):.1f} s")
     text = (f"Loaded {facts.get('main_name')} ({facts.get('main_plan')}) with {draft} "
-            f"in {facts.get('load_s', 0):.1f} s, ≈ {format_bytes(facts.get('memory_bytes', 0))}")
+            f"{took}, ≈ {format_bytes(facts.get('memory_bytes', 0))}")
     if facts.get("draft_plan"):
         text += f"; draft on {facts['draft_plan']}"
     return text
+
+
+def pending_notes(loaded: PairSpec, chosen: PairSpec) -> dict[str, str]:
+    """For the same main model: a note for each control whose value is not the running one."""
+    notes = {}
+    if chosen.backend != loaded.backend:
+        notes["backend"] = f"Needs Load: the model runs on backend “{loaded.backend}” until then."
+    if chosen.int4 != loaded.int4:
+        notes["int4"] = ("Needs Load: int4 weights are " + ("allowed" if loaded.int4 else "not allowed")
+                         + " in what runs now.")
+    if chosen.main_gpu_layers != loaded.main_gpu_layers:
+        notes["main_gpu"] = f"Needs Load: {_layers(loaded.main_gpu_layers)} on the GPU in what runs now."
+    same_draft = chosen.drafter == MODEL and chosen.draft_path == loaded.draft_path
+    if same_draft and chosen.draft_gpu_layers != loaded.draft_gpu_layers:
+        notes["draft_gpu"] = f"Needs Apply: {_layers(loaded.draft_gpu_layers)} on the GPU in what runs now."
+    return notes
+
+
+def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap: bool) -> str:
+    """The pending line: what is chosen but not running, and what its action does."""
+    def drafter(spec: PairSpec) -> str:
+        if spec.drafter == MODEL:
+            return names.get(spec.draft_path or "", Path(spec.draft_path or "").stem)
+        return DRAFTER_TEXT.get(spec.drafter, spec.drafter)
+
+    changes = []
+    if chosen.main_path != loaded.main_path:
+        changes.append(f"main model {names.get(chosen.main_path, Path(chosen.main_path).stem)}")
+    else:
+        notes = pending_notes(loaded, chosen)
+        changes += [label for key, label in (("backend", f"backend {chosen.backend}"),
+                                             ("int4", "int4 weights " + ("allowed" if chosen.int4 else "off")),
+                                             ("main_gpu", "main model's GPU layers")) if key in notes]
+    if (chosen.drafter, chosen.draft_path) != (loaded.drafter, loaded.draft_path):
+        changes.append(f"drafting with {drafter(chosen)}")
+    elif chosen.drafter == MODEL and chosen.draft_gpu_layers != loaded.draft_gpu_layers:
+        changes.append("draft model's GPU layers")
+    changes = changes or ["other settings"]
+    action = ("Apply changes only the drafter: the main model stays loaded." if swap else
+              "Load replaces what runs now; until then the lines below describe what runs.")
+    return f"Chosen, not running yet: {', '.join(changes)}. {action}"
+
+
+def _layers(value: int | None) -> str:
+    return "all layers" if value is None else ("no layers" if value == 0 else f"{value} layers")
+
+
+def _note_label() -> QLabel:
+    label = small_muted_label("")
+    label.setWordWrap(True)
+    label.setStyleSheet("color: #b45309")  # amber: a change waiting, not an error
+    label.setVisible(False)
+    return label
 
 
 def _combo() -> QComboBox:

@@ -7,7 +7,8 @@ window opens at once and the UI modules never import them.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from app.worker.requests import MODEL, NONE, GenSettings, PairSpec
@@ -89,23 +90,81 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
         check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
     main = load_model(
         spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, int4=spec.int4, cancel=cancel,
-        backend=spec.backend,
-        drafter="draft" if spec.drafter == MODEL else ("none" if spec.drafter == NONE else "lookup"),
+        backend=spec.backend, drafter=_plan_drafter(spec),
         progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
     )
-    draft = None
-    if spec.drafter == MODEL:
-        draft = load_model(
-            spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, int4=spec.int4, cancel=cancel,
-            backend=spec.backend,
-            progress=lambda stage, frac: progress(f"draft model: {stage}", main_share + frac * (1 - main_share)),
-        )
+    draft = load_draft(spec, progress, cancel, start=main_share) if spec.drafter == MODEL else None
     progress("ready", 1.0)
     cache = open_ngram_cache(main, spec)
     pair = LoadedPair(main=main, kv=main.kv_model(), drafter=make_drafter(main, spec, draft, cache), spec=spec,
                       draft=draft, ngram_cache=cache)
     pair.facts = pair_facts(pair)
     return pair
+
+
+def load_draft(spec: PairSpec, progress: Progress, cancel: Cancel, start: float = 0.0):
+    """The draft model of `spec` (its drafter is MODEL); progress runs from `start` to 1."""
+    from app.engine.loader import load_model
+
+    return load_model(
+        spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, int4=spec.int4, cancel=cancel,
+        backend=spec.backend,
+        progress=lambda stage, frac: progress(f"draft model: {stage}", start + frac * (1 - start)),
+    )
+
+
+def _plan_drafter(spec: PairSpec) -> str:
+    """The drafter class torch's CPU plan is measured for (llama.cpp's settings ignore it)."""
+    return "draft" if spec.drafter == MODEL else ("none" if spec.drafter == NONE else "lookup")
+
+
+def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
+    """True when `new` differs from the loaded `old` only in how it drafts (drafter, draft file,
+    draft offload): the loaded main model can stay, as LM Studio loads a draft beside it."""
+    if old is None or new is None or old == new:
+        return False
+    return replace(new, drafter=old.drafter, draft_path=old.draft_path, draft_gpu_layers=old.draft_gpu_layers) == old
+
+
+def keeps_main(old: PairSpec | None, backend: str | None, new: PairSpec | None) -> bool:
+    """Whether `new` is had by changing only the drafter of the pair `old` loaded on `backend`
+    (what runs it: "llama.cpp" or "torch"). On torch the CPU plan was measured for a drafter class
+    (plain decoding may pick a plan whose verify is not row-exact), so there the class must stay;
+    llama.cpp runs the main model the same whatever drafts."""
+    if not drafter_only_change(old, new):
+        return False
+    return backend == "llama.cpp" or _plan_drafter(old) == _plan_drafter(new)
+
+
+def can_swap_drafter(pair: LoadedPair | None, spec: PairSpec) -> bool:
+    return pair is not None and keeps_main(pair.spec, pair.main.backend, spec)
+
+
+def swap_drafter(pair: LoadedPair, spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
+    """The loaded main model and its KV cache with `spec`'s drafter: only a new draft model is
+    loaded (none for lookup, the n-gram cache or plain decoding, which are instant). `pair` is
+    left as it was, so a failed or cancelled draft load keeps it running."""
+    from app.engine.pair import check_pair
+
+    started = time.monotonic()
+    draft = None
+    if spec.drafter == MODEL:
+        same = pair.spec.drafter == MODEL and (pair.spec.draft_path, pair.spec.draft_gpu_layers) == (
+            spec.draft_path, spec.draft_gpu_layers)
+        if same:
+            draft = pair.draft
+        else:
+            from app.engine.gguf_info import read_gguf_info
+
+            check_pair(pair.main.info, read_gguf_info(spec.draft_path))
+            draft = load_draft(spec, progress, cancel)
+    progress("ready", 1.0)
+    pair.save_cache()  # what the cache learned so far; the same cache object goes on learning
+    cache = pair.ngram_cache if pair.ngram_cache is not None else open_ngram_cache(pair.main, spec)
+    swapped = LoadedPair(main=pair.main, kv=pair.kv, drafter=make_drafter(pair.main, spec, draft, cache),
+                         spec=spec, draft=draft, ngram_cache=cache)
+    swapped.facts = {**pair_facts(swapped), "main_kept": True, "swap_s": time.monotonic() - started}
+    return swapped
 
 
 def pair_facts(pair: LoadedPair) -> dict[str, Any]:

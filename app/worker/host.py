@@ -102,8 +102,11 @@ class ModelHost(QObject):
 
     @Slot(object, object)
     def _load(self, spec: PairSpec, cancel: threading.Event) -> None:
-        from app.worker.engine_calls import load_pair
+        from app.worker.engine_calls import can_swap_drafter, load_pair
 
+        if can_swap_drafter(self._pair, spec):
+            self._swap(spec, cancel)
+            return
         facts: dict[str, Any] | None = None
         error = "loading stopped"
         try:
@@ -120,6 +123,25 @@ class ModelHost(QObject):
                 self.loaded.emit(facts)
             else:
                 self.loadFailed.emit(error)
+
+    def _swap(self, spec: PairSpec, cancel: threading.Event) -> None:
+        """Only the drafter changes: the main model and its KV cache stay loaded. A failed or
+        cancelled draft load keeps the running pair, and `loaded` says so with its facts and
+        "swap_error" (the window keeps showing what runs)."""
+        from app.worker.engine_calls import swap_drafter
+
+        old = self._pair
+        facts: dict[str, Any] = {**old.facts, "swap_error": "loading stopped"}
+        try:
+            pair = swap_drafter(old, spec, self.loadProgress.emit, cancel.is_set)
+            if cancel.is_set():
+                raise_cancelled()
+            self._pair, facts = pair, pair.facts
+        except Exception as exc:
+            facts["swap_error"] = one_line(exc)
+            log.info("drafter change failed: %s", facts["swap_error"])
+        finally:
+            self.loaded.emit(facts)
 
     @Slot(object, object)
     def _generate(self, request: ChatRequest, cancel: threading.Event) -> None:
