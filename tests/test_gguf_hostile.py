@@ -42,7 +42,7 @@ def tiny_model(tmp_path_factory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("hostile") / "tiny.gguf", TinySpec(arch="llama", qtype="F32"))
 
 
-@pytest.mark.parametrize("key, value", [
+DISAGREE = [
     ("llama.block_count", 1_000_000),
     ("llama.block_count", 1),
     ("llama.block_count", 0),
@@ -50,7 +50,10 @@ def tiny_model(tmp_path_factory) -> Path:
     ("llama.attention.head_count_kv", 1),
     ("llama.attention.head_count_kv", 3),
     ("llama.embedding_length", 4096),
-])
+]
+
+
+@pytest.mark.parametrize("key, value", DISAGREE)
 def test_header_disagreeing_with_tensors_is_refused_before_building(tiny_model, tmp_path, key, value):
     bad = tmp_path / "edited.gguf"
     shutil.copyfile(tiny_model, bad)

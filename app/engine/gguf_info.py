@@ -14,6 +14,7 @@ u64 offset), padding to `general.alignment`, then the tensor data.
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import struct
@@ -581,6 +582,9 @@ def check_tensor_table(info: GGUFInfo) -> None:
         _check_heads(info)
         _check_feed_forward(info)
         _check_rope(info)
+        _check_layout(info)
+        _check_vocabulary(info)
+        _check_floats(info)
     except _Corrupt as e:
         raise ModelFileError(f"{info.path.name}: {e}") from None
 
@@ -702,6 +706,62 @@ def _check_rope(info: GGUFInfo) -> None:
         head = _MAX_HEAD_LENGTH
     if n_rot <= 0 or n_rot % 2 or n_rot > head or (info.architecture in _ROPE_IS_HEAD and n_rot != head):
         raise _Corrupt(f"metadata {key} = {n_rot} does not fit the heads' length {info.head_dim}")
+
+
+def _check_layout(info: GGUFInfo) -> None:
+    """Each tensor once, at an aligned offset, its data apart from the others': ggml's reader
+    refuses any other layout, and torch would read shifted or shared bytes as weights."""
+    alignment = _as_int(info.metadata.get("general.alignment"), DEFAULT_ALIGNMENT)
+    names: set[str] = set()
+    end = 0
+    for t in sorted(info.tensors, key=lambda t: t.offset):
+        if t.name in names:
+            raise _Corrupt(f"tensor {t.name!r} appears twice")
+        names.add(t.name)
+        if t.offset % alignment or t.offset < end:
+            raise _Corrupt(f"tensor {t.name!r}: data at offset {t.offset} is not aligned to "
+                           f"{alignment} or overlaps the tensor before it (which ends at {end})")
+        end = t.offset + t.n_bytes
+
+
+def _check_vocabulary(info: GGUFInfo) -> None:
+    """What llama.cpp's vocabulary aborts the process on (a GGML_ASSERT, not an error it returns):
+    a token text twice, once it names an empty token `[EMPTY_<id>]` as llama-vocab.cpp does, and
+    a file without a vocabulary (tokenizer.ggml.model none), whose every token query asserts."""
+    model = info.metadata.get("tokenizer.ggml.model")
+    if model in ("none", "no_vocab"):
+        raise _Corrupt(f"metadata tokenizer.ggml.model is {model!r}: no vocabulary to run with")
+    tokens = info.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, StringArray):
+        return
+    blob = tokens.blob
+    texts = [blob[s:e] or b"[EMPTY_%d]" % i
+             for i, (s, e) in enumerate(zip(tokens.starts.tolist(), tokens.ends.tolist()))]
+    if len(set(texts)) != len(texts):
+        first: dict[bytes, int] = {}
+        for i, text in enumerate(texts):
+            if text in first:
+                raise _Corrupt(f"metadata tokenizer.ggml.tokens has {text[:40]!r} twice "
+                               f"(tokens {first[text]} and {i})")
+            first[text] = i
+
+
+# Floats whose hostile values llama.cpp does not refuse: a NaN or negative norm epsilon aborts in
+# ggml-cpu's norm (GGML_ASSERT(eps >= 0)); a rope base of zero or below makes every logit NaN.
+_FLOAT_KEYS = (("attention.layer_norm_rms_epsilon", False), ("attention.layer_norm_epsilon", False),
+               ("rope.freq_base", True), ("rope.freq_base_swa", True))
+
+
+def _check_floats(info: GGUFInfo) -> None:
+    for name, positive in _FLOAT_KEYS:
+        key = _key(info, name)
+        if key not in info.metadata:
+            continue
+        value = info.metadata[key]
+        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise _Corrupt(f"metadata {key} must be a finite number {'above' if positive else 'of at least'} 0, "
+                           f"not {_kind(value)}")
 
 
 def _parse_or_raise(buf: Any, path: Path, file_size: int | None, name: str) -> GGUFInfo:
