@@ -51,6 +51,7 @@ from app.worker.tasks import wait_for_tasks
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 20.0  # closing waits this long for a load or a reply to stop
+PAIR_LABEL_MAX_PX = 420  # the status bar's "what runs" label; messages get the rest
 
 
 class MainWindow(QMainWindow):
@@ -140,6 +141,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.main_splitter)
 
         self.pair_label = QLabel("no model loaded")
+        # What runs, elided to a third of the bar (full in its tooltip): the messages beside it,
+        # "not loaded yet" hints among them, keep the rest and are never cut off by it.
+        self.pair_label.setMaximumWidth(PAIR_LABEL_MAX_PX)
         self.statusBar().addPermanentWidget(self.pair_label)
         self._build_menus()
         self.resize(1440, 900)
@@ -225,10 +229,16 @@ class MainWindow(QMainWindow):
             self.server.stop()
             self.show_message("the API server stopped with the model it served; it serves the new one once loaded")
         self.serve_panel.set_available(False, "loading")
-        self.pair_label.setText("loading…")
+        self._set_pair_label("loading…")
         self.picker.set_loading(True)
         self.panel.send_button.setEnabled(False)
         self.host.load(spec)
+
+    def _set_pair_label(self, text: str) -> None:
+        """The status bar's "what runs" line, elided to its width, whole in the tooltip."""
+        metrics = self.pair_label.fontMetrics()
+        self.pair_label.setText(metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, PAIR_LABEL_MAX_PX - 8))
+        self.pair_label.setToolTip(text)
 
     def _start_server(self, port: int, api_key: str) -> None:
         self.server.start(self.host.current_pair(), self.gen_form.settings(), port, api_key)
@@ -257,7 +267,7 @@ class MainWindow(QMainWindow):
         drafter = DRAFTER_TEXT.get(facts["drafter"], facts.get("draft_name"))
         if facts.get("draft_text_level"):
             drafter = f"{drafter} (text-level)"
-        self.pair_label.setText(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")
+        self._set_pair_label(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")
         if swap_error:
             self.show_message(f"the drafter did not change: {swap_error}; {facts['main_name']} runs with {drafter}")
         elif facts.get("main_kept"):
@@ -280,7 +290,7 @@ class MainWindow(QMainWindow):
         self.picker.set_failed(message)
         self.picker.load_button.setFocus()
         self.panel.send_button.setEnabled(True)
-        self.pair_label.setText("no model loaded")
+        self._set_pair_label("no model loaded")
         self.show_message(message)
 
     def _on_library(self, entries: list) -> None:
@@ -338,6 +348,7 @@ class MainWindow(QMainWindow):
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 15000)
+        self.statusBar().setToolTip(text)  # a message longer than the bar is still readable whole
 
     def open_compare(self) -> None:
         """View ▸ Compare drafts: a window of its own (grouped bars, curves and a table need room),
@@ -382,8 +393,12 @@ class MainWindow(QMainWindow):
         self.models_tabs.setCurrentIndex(0)  # the Model tab: the picker beside the chat
         self.raise_()
         self.activateWindow()
-        self.show_message(applied_text(choice, self._title(choice.main_path, None) or Path(choice.main_path).stem,
-                                       self._title(choice.draft_path, None)))
+        text = applied_text(choice, self._title(choice.main_path, None) or Path(choice.main_path).stem,
+                            self._title(choice.draft_path, None))
+        # The picker's action for this change: Apply where only the drafter changes.
+        action = (f"press {self.picker.load_button.text()}" if self.picker.pending_change()
+                  or self.picker.loaded_spec() is None else "it is what runs now")
+        self.show_message(text.replace("press Load", action))
 
     def save_chart(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save chart", "specula-chart.png", "PNG images (*.png)")

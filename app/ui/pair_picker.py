@@ -500,12 +500,13 @@ def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap
                                              ("int4", "int4 weights " + ("allowed" if chosen.int4 else "off")),
                                              ("main_gpu", "main model's GPU layers")) if key in notes]
     if (chosen.drafter, chosen.draft_path) != (loaded.drafter, loaded.draft_path):
-        changes.append(f"drafting with {drafter(chosen)}")
+        changes.append("no drafting" if chosen.drafter == NONE else f"drafting with {drafter(chosen)}")
     elif chosen.drafter == MODEL and chosen.draft_gpu_layers != loaded.draft_gpu_layers:
         changes.append("draft model's GPU layers")
     changes = changes or ["other settings"]
+    running = names.get(loaded.main_path, Path(loaded.main_path).stem)
     action = ("Apply changes only the drafter: the main model stays loaded." if swap else
-              "Load replaces what runs now; until then the lines below describe what runs.")
+              f"Load replaces {running}, which runs until then.")
     return f"Chosen, not running yet: {', '.join(changes)}. {action}"
 
 
