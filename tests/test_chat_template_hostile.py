@@ -20,6 +20,9 @@ HOSTILE = {
     "huge-range": "{% for i in range(10 ** 9) %}x{% endfor %}",
     "divides-by-zero": "{{ messages | length / 0 }}",
     "adds-a-number": "{{ messages[0].content + 1 }}",
+    "huge-string": "{{ 'ab' * 10 ** 9 }}",
+    "huge-power": "{{ 10 ** 1000000000 }}",
+    "doubling": "{% set ns = namespace(x='ab') %}{% for i in range(64) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x }}",
 }
 
 

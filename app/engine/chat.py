@@ -17,6 +17,7 @@ import jinja2
 
 from app.engine.drafters import Drafter
 from app.engine.errors import ChatTemplateError, ContextFullError
+from app.engine.template_guard import install as install_template_guard
 from app.engine.events import DoneEvent, GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.speculative import CancelCheck, DecodeSettings, generate
@@ -67,7 +68,9 @@ def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
 
 def _render(tokenizer, messages: list[dict], template: str | None) -> str:
     """The template's text; ChatTemplateError (one line) for whatever the template's code raises:
-    it comes from the file, so a traceback would blame us and tell the user nothing."""
+    it comes from the file, so a traceback would blame us and tell the user nothing. Its
+    arithmetic is bounded (app.engine.template_guard): a template cannot build gigabytes."""
+    install_template_guard()
     try:
         return tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,
                                              tokenize=False)
