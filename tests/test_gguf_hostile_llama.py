@@ -245,12 +245,9 @@ def test_fuzzed_file_runs_or_is_one_line_on_llama_cpp(runs, corpus, name):
         _check_one_line(result, corpus[name])
 
 
-# auto's fallback: where llama.cpp refuses a file torch could run, the loader logs "...; trying
-# torch" as a WARNING line and torch then fails too: two lines (three where torch's CPU plan also
-# warns). Left to the loader's owner (app/engine/loader.py), not weakened here.
-_TWO_LINES = pytest.mark.xfail(reason="auto: the loader's fallback warning is a second line when torch fails too")
-AUTO_CASES = [pytest.param(name, marks=_TWO_LINES) if name in ("tokenizer-unknown", "tensor-missing") else name
-              for name in AUTO]
+# auto's fallback: where llama.cpp refuses a file torch could run, torch tries it; if torch fails
+# too, the one line names both causes.
+AUTO_CASES = list(AUTO)
 
 
 @pytest.mark.parametrize("name", AUTO_CASES)

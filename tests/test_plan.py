@@ -108,7 +108,7 @@ def test_a_load_with_auto_measures_once_and_then_reads_the_cache(tiny_q4_path, p
     # Counted, and taken as steady (a busy test machine may time a tiny model's steps unevenly:
     # that rule is tested on its own below).
     monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or (measure(*a, **k)[0], True))
-    first = load_model(tiny_q4_path, device="cpu")
+    first = load_model(tiny_q4_path, device="cpu", backend="torch")
     assert calls == [1] and first.choice is not None and plan_cache.exists()
     names = {o.name for o in cpu_plan_options(first.info)}
     assert set(first.choice.curves) == names and {"float32", "bf16"} <= names
@@ -118,7 +118,7 @@ def test_a_load_with_auto_measures_once_and_then_reads_the_cache(tiny_q4_path, p
     assert ("int4" in first.plan.describe()) == first.choice.option.int4
     assert first.plan_reason.startswith("measured")
     assert first.kv_model().step_cost is not None
-    second = load_model(tiny_q4_path, device="cpu")
+    second = load_model(tiny_q4_path, device="cpu", backend="torch")
     assert calls == [1] and second.choice.curves == first.choice.curves
 
 

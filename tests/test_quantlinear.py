@@ -285,4 +285,4 @@ def test_bench_measures_every_plan_asked_for_side_by_side(tiny_q4, capsys):
     # The main load is the int4 plan already: it is not run twice.
     assert configs == ["none", "lookup", "none [float32]", "lookup [float32]", "none [bf16]", "lookup [bf16]"]
     with pytest.raises(SystemExit, match="unknown plan 'int3'"):
-        main(["bench", "-m", str(tiny_q4["Q4_0"]), "--plans", "int3", "--no-hf", "--no-llama-cpp"])
+        main(["bench", "-m", str(tiny_q4["Q4_0"]), "--backend", "torch", "--plans", "int3", "--no-hf", "--no-llama-cpp"])

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from app.engine.backends import AUTO, LLAMA_CPP, TORCH, llamacpp_load
 from app.engine.backends.choose import choose_backend
 from app.engine.backends.llamacpp import LlamaSettings
-from app.engine.errors import ModelFileError
+from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
 from app.engine.gguf_info import GGUFInfo, read_gguf_info
 
 log = logging.getLogger(__name__)
@@ -114,13 +114,32 @@ def load_model(
 
             if backend != AUTO or not torch_runs(info):
                 raise
-            log.warning("%s; trying torch", exc)
-            backend_reason = f"torch: {exc}"
+            log.info("%s; trying torch", exc)
+            return _torch_after_llama_cpp(exc, path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers,
+                                          progress=progress, cancel=cancel, int4=int4, drafter=drafter,
+                                          int8_head=int8_head, started=started)
     from app.engine.backends.torch_load import load_torch
 
     return load_torch(path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers, progress=progress,
                       cancel=cancel, int4=int4, drafter=drafter, int8_head=int8_head,
                       backend_reason=backend_reason, started=started)
+
+
+def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, **kwargs) -> LoadedModel:
+    """auto's second try, where llama.cpp refused the file: torch, whose reason names llama.cpp's
+    refusal; if torch fails too, one line with both causes."""
+    from app.engine.backends.torch_load import load_torch
+
+    try:
+        return load_torch(path, info, backend_reason=f"torch: {refused}", **kwargs)
+    except LoadCancelled:
+        raise
+    except SpeculaError as exc:
+        raise ModelFileError(f"{refused}; torch could not run it either: {_without_name(exc, path)}") from exc
+
+
+def _without_name(exc: BaseException, path: Path) -> str:
+    return str(exc).removeprefix(f"{path.name}: ")
 
 
 # The torch backend's helpers, still reached through this module by the CLI and the tests.
