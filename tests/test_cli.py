@@ -453,7 +453,7 @@ def test_calibrate_on_llama_cpp_measures_its_steps(specula, tiny_paths):
     from tests.llama_support import require_llama_cpp
 
     require_llama_cpp()
-    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "-t", "1")
+    code, out, err = specula("calibrate", str(tiny_paths["llama-q8"]), "-t", "1", "--backend", "llama.cpp")
     assert code == 0, err
     assert out.startswith("llama.cpp on CPU, 1 threads: a step feeding n tokens")
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
