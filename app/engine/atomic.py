@@ -42,6 +42,26 @@ def write_atomic(target: str | os.PathLike[str], data: bytes, mode: int = PRIVAT
     return target
 
 
+def read_json_object(path: str | os.PathLike[str]) -> dict:
+    """A JSON object cached in a file; {} where the file is missing, unreadable, damaged or
+    holds something else (a cache miss, never an error)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json_object(path: str | os.PathLike[str], data: dict) -> None:
+    """Replace the file with this JSON object, in a private folder (raises OSError)."""
+    import json
+
+    private_dir(Path(path).parent)
+    write_atomic(path, json.dumps(data).encode())
+
+
 def private_dir(folder: str | os.PathLike[str], tighten: bool = False) -> Path:
     """Create folder, and any missing parent, as 0700 whatever the umask (chats and what was
     learned from them are private data, as a browser profile is). tighten: the folder is

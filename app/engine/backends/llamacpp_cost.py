@@ -10,13 +10,14 @@ costs little more than a token. The schedule drafts only where the measured curv
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
 import time
 from pathlib import Path
 from typing import Callable
+
+from app.engine.atomic import read_json_object, write_json_object
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +102,8 @@ def _valid(points: object) -> dict[int, float] | None:
 
 def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) -> StepCurve:
     """The cached curve for this model, build, settings and CPU, or measured now and cached."""
-    path, key = cache_file(), _key(weights, build)
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        cached = {}
-    if not isinstance(cached, dict):
-        cached = {}
-    points = _valid(cached.get(key))
+    cached = read_json_object(cache_file())
+    points = _valid(cached.get(_key(weights, build)))
     if points is not None:
         return StepCurve(points)
     curve, steady = measure(weights, cancel)
@@ -123,18 +118,9 @@ def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) ->
 
 def store(weights, build: str, curve: StepCurve, cached: dict | None = None) -> None:
     """Keep this curve for the model, build, settings and CPU (replacing an older one)."""
-    path = cache_file()
-    if cached is None:
-        try:
-            cached = json.loads(path.read_text())
-        except (OSError, ValueError, RecursionError):
-            cached = {}
-        cached = cached if isinstance(cached, dict) else {}
+    cached = read_json_object(cache_file()) if cached is None else cached
     cached[_key(weights, build)] = {str(n): s for n, s in curve.points.items()}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cached))
-        os.replace(tmp, path)
+        write_json_object(cache_file(), cached)
     except OSError as exc:
         log.warning("could not cache llama.cpp's step costs: %s", exc)

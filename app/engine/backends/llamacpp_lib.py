@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import hashlib
-import json
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.engine.atomic import read_json_object, write_json_object
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -161,22 +161,14 @@ def _verdict_file() -> Path:
 
 
 def _read_verdicts() -> dict[str, Any]:
-    try:
-        data = json.loads(_verdict_file().read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(_verdict_file())
 
 
 def _store_verdict(key: str, ok: bool, reason: str) -> None:
-    path = _verdict_file()
     data = _read_verdicts()
     data[key] = {"ok": ok, "reason": reason}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        write_json_object(_verdict_file(), data)
     except OSError as exc:
         log.warning("could not save the llama.cpp probe's verdict: %s", exc)
 
