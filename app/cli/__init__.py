@@ -88,8 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PROBE_FLAG = "--llama-cpp-self-test"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [PROBE_FLAG]:
+        # llama.cpp's self-test, in the child process app.engine.backends.llamacpp_lib starts
+        # (through this entry point, so that a bundled app, which has no `python -m`, runs it too).
+        from app.engine.backends.probe import main as probe_main
+
+        return probe_main(argv[1:])
     if not argv:
         argv = ["gui"]  # the window is the main job
     verbose = "-v" in argv or "--verbose" in argv

@@ -201,9 +201,10 @@ def probe(fallback_model: str | Path | None = None) -> tuple[bool, str]:
 
 
 def _run_probe(model_path: str | Path | None) -> tuple[bool, str]:
-    cmd = [sys.executable, "-m", "app.engine.backends.probe"]
-    if model_path is not None:
-        cmd.append(str(model_path))
+    # Through the `specula` entry point's hidden flag (app.cli.PROBE_FLAG): a bundled app's
+    # executable is that entry point and has no `python -m`.
+    entry = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "app"]
+    cmd = [*entry, "--llama-cpp-self-test", str(model_path)]
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     try:
