@@ -229,3 +229,18 @@ def test_relative_time():
     assert relative_time(now - 3 * 86400, now) == time.strftime("%a", time.localtime(now - 3 * 86400))
     assert relative_time(now - 30 * 86400, now) == "21 Oct"
     assert relative_time(now - 400 * 86400, now).endswith("2025")
+
+
+def test_a_reply_of_one_step_reads_in_seconds(charts, qtbot):
+    """One step spans milliseconds: the time axis stays at least a second wide and never shows
+    pyqtgraph's SI scale ("time (s) (x0.001)")."""
+    charts.reset(100.0)
+    charts.add_step(step(100.001, 1))
+    charts.add_step(step(100.003, 3, n_drafted=3, n_accepted=2))
+    qtbot.waitUntil(lambda: not charts.is_dirty(), timeout=2000)
+    item = charts._speed_plot.getPlotItem()
+    low, high = item.viewRange()[0]
+    assert high - low >= 1.0
+    for plot in (charts._speed_plot, charts._accept_plot):
+        axis = plot.getPlotItem().getAxis("bottom")
+        assert axis.labelString().count("x0.") == 0 and "time (s)" in axis.labelString()

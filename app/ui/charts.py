@@ -93,6 +93,9 @@ class LiveCharts(QWidget):
             # repaint their text (most of a redraw's cost); cached, they repaint only when
             # their range changes, which the round ranges of _fit_ranges keep rare.
             item.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            # Seconds and tok/s as they are: a reply of one step spans milliseconds, which
+            # pyqtgraph's SI prefix turned into "time (s) (x0.001)".
+            item.getAxis(side).enableAutoSIPrefix(False)
         return plot
 
     def _build_items(self) -> None:
@@ -266,7 +269,8 @@ class LiveCharts(QWidget):
             first, last = min(times), max(times)
             step = _nice_ceiling(max(last - first, 0.5) / 5)
             start = step * math.floor(first / step)
-            self._set_range("x", self._speed_plot, (start, start + _nice_ceiling(last - start)))
+            # At least a second wide: one step (a reply of a few tokens) is a point, not an axis of ms.
+            self._set_range("x", self._speed_plot, (start, start + _nice_ceiling(max(last - start, 1.0))))
         else:
             self._set_range("x", self._speed_plot, (0.0, 5.0))
 
