@@ -248,3 +248,25 @@ def test_verifies_dearer_than_the_curve_stop_drafting_that_pays_only_on_the_curv
 
     assert drafting_as_curve >= 10
     assert drafting_dearer <= 2
+
+
+def test_a_declined_drafter_is_said_in_one_line_with_the_reason():
+    from app.engine.schedule import AdaptiveDraftLength
+
+    costly = AdaptiveDraftLength(16, verify_cost=lambda n: 0.01 * n)  # every drafted token costs a step
+    for _ in range(20):  # drafts asked for, one-token probes, all rejected
+        costly.update(1, 0, 0.02, n_asked=1, draft_s=0.0)
+    note = costly.declined_note()
+    assert note is not None and "\n" not in note
+    assert note.startswith("drafting declined in 20 of 20 steps") and "0% of 20 drafted tokens" in note
+    empty = AdaptiveDraftLength(16)
+    for _ in range(20):  # asked for 4 drafts at each step, the drafter found nothing to copy
+        empty.update(0, 0, 0.01, n_asked=4, draft_s=0.0)
+    assert empty.declined_note().startswith("the drafter had nothing to propose in 20 of 20 steps")
+    drafting = AdaptiveDraftLength(16)
+    for _ in range(20):
+        drafting.update(4, 3, 0.02, n_asked=4, draft_s=0.0)
+    assert drafting.declined_note() is None  # it drafted: nothing to explain
+    short = AdaptiveDraftLength(16)
+    short.update(0, 0, 0.01, n_asked=0)
+    assert short.declined_note() is None  # too short to tell

@@ -288,22 +288,20 @@ class AdaptiveDraftLength:
             self.reached[i] += 1.0
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
 
-
-def declined_note(schedule: "AdaptiveDraftLength", min_steps: int = 8) -> str | None:
-    """One line saying why the schedule drafted in fewer than a quarter of the steps (None where
-    it drafted more, or the reply was too short to tell): the measured price of a verify here
-    against the acceptance seen, which made plain decoding the faster choice."""
-    if schedule.n_steps < min_steps or schedule.n_drafting_steps * 4 >= schedule.n_steps:
-        return None
-    if schedule.n_empty_asks * 2 >= schedule.n_steps:
-        return (f"the drafter had nothing to propose in {schedule.n_empty_asks} of {schedule.n_steps} steps "
-                "(nothing earlier to copy), so this reply ran at plain decoding's speed")
-    rate = schedule._seen_accepted / schedule._seen_drafted if schedule._seen_drafted else None
-    seen = f"{rate:.0%} of {schedule._seen_drafted} drafted tokens were accepted" if rate is not None else \
-        "the drafter proposed nothing"
-    cost = schedule.relative_cost(4)
-    return (f"drafting declined in {schedule.n_steps - schedule.n_drafting_steps} of {schedule.n_steps} steps: "
-            f"a verify of 4 drafts costs {cost:.1f}x a token here and {seen}, so plain decoding was faster")
+    def declined_note(self, min_steps: int = 8) -> str | None:
+        """One line saying why drafting happened in fewer than a quarter of the steps (None where
+        it happened more, or the reply was too short to tell): the drafter had nothing to propose,
+        or the measured price of a verify here against the acceptance seen made plain decoding
+        the faster choice."""
+        if self.n_steps < min_steps or self.n_drafting_steps * 4 >= self.n_steps:
+            return None
+        if self.n_empty_asks * 2 >= self.n_steps:
+            return (f"the drafter had nothing to propose in {self.n_empty_asks} of {self.n_steps} steps "
+                    "(nothing earlier to copy), so this reply ran at plain decoding's speed")
+        seen = (f"{self._seen_accepted / self._seen_drafted:.0%} of {self._seen_drafted} drafted tokens were "
+                "accepted" if self._seen_drafted else "the drafter proposed nothing")
+        return (f"drafting declined in {self.n_steps - self.n_drafting_steps} of {self.n_steps} steps: a verify "
+                f"of 4 drafts costs {self.relative_cost(4):.1f}x a token here and {seen}, so plain decoding was faster")
 
 
 def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,

@@ -29,7 +29,7 @@ from app.engine.sampling import (
     sample,
     speculative_accept,
 )
-from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength, declined_note
+from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength
 from app.engine.stops import StopMatcher
 
 
@@ -255,7 +255,7 @@ def generate(
         n_accepted=counters.n_accepted,
         accepted_by_position=tuple(counters.accepted_at),
         drafted_by_position=tuple(counters.drafted_at),
-        schedule_note=(declined_note(schedule) if isinstance(schedule, AdaptiveDraftLength)
+        schedule_note=(schedule.declined_note() if isinstance(schedule, AdaptiveDraftLength)
                        and not isinstance(drafter, NoDrafter) else None),
     )
     yield DoneEvent(summary)
