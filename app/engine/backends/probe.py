@@ -53,12 +53,12 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), signal.SIGSEGV)
     model = Path(argv[0]) if argv else demo_model()
     if model is None:
-        print("no model to test llama.cpp with", file=sys.stderr)
+        sys.stderr.write("no model to test llama.cpp with\n")  # the parent reads the last line
         return 2
     try:
-        print(run(model))
+        sys.stdout.write(run(model) + "\n")
     except Exception as exc:  # noqa: BLE001 - the parent reads the last line
-        print(f"the llama.cpp self-test failed: {exc}", file=sys.stderr)
+        sys.stderr.write(f"the llama.cpp self-test failed: {exc}\n")
         return 1
     return 0
 
