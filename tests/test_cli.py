@@ -459,3 +459,16 @@ def test_calibrate_on_llama_cpp_measures_its_steps(specula, tiny_paths):
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 2, 3, 5, 9, 17] and rows[0][2] == "1.00x"
     assert ("cached in " in out) or ("not kept" in out)
+
+
+def test_bench_rows_counts_batch_rows_against_one_token_rows(specula, tiny_paths):
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    code, out, err = specula("bench-rows", "-m", str(tiny_paths["llama-q8"]), "--cases", "3", "-t", "1", "-fa", "on")
+    assert code == 0, err
+    found = re.search(r"^llama-q8\.gguf: -t 1 -fa on: (\d+)/(\d+) batch rows bit-identical to one-token rows, "
+                      r"(\d+)/(\d+) with the same argmax, max \|diff\| [\d.]+; plain decoding [\d.]+ tok/s$", out.strip())
+    assert found, out
+    same, total, argmax, total2 = map(int, found.groups())
+    assert total == total2 and 6 <= total <= 27 and same <= argmax <= total
