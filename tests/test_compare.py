@@ -373,3 +373,19 @@ def test_a_draft_with_another_vocabulary_is_compared_through_text(tiny_paths, ti
     drafted = [r for r in run.results if r.config not in (NONE,)]
     assert drafted and all(r.identical for r in drafted)
     assert sum(r.n_drafted for r in drafted) > 0
+
+
+@pytest.mark.parametrize("backend, plan_start", [("llama.cpp", "llama.cpp on CPU"), ("torch", "CPU, ")])
+def test_cli_backend_reaches_the_comparison(tiny_paths, tmp_path, backend, plan_start):
+    if backend == "llama.cpp":
+        from tests.llama_support import require_llama_cpp
+
+        require_llama_cpp()
+    out = tmp_path / "run.json"
+    args = ["compare", "-m", str(tiny_paths["llama-q8"]), "--drafts", "none,lookup", "-p", "the model and the model",
+            "-n", "8", "-r", "1", "--backend", backend, "--json", str(out)]
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True,
+                            encoding="utf-8", errors="replace", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert load_run(out).main.plan.startswith(plan_start)

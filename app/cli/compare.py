@@ -86,6 +86,7 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
         main_path=str(resolve_model_arg(args.model)), drafts=drafts, prompts=tuple(prompts), settings=settings,
         device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size, int4=not args.no_int4,
+        backend=args.backend,
     )
 
 
