@@ -33,3 +33,15 @@ def test_the_backend_is_chosen_shown_with_its_reason_and_remembered(qtbot, data_
 
     again = open_window(qtbot)
     assert again.picker.backend() == "torch"
+
+
+def test_progress_text_is_never_clipped(qtbot, data_dir):
+    window = open_window(qtbot)
+    bar = window.picker.progress
+    stage = "main model: measuring llama.cpp's steps here (once per model) on a very long file name.gguf"
+    window.picker.set_progress(stage, 0.42)
+    shown = bar.text()
+    assert shown.endswith("42%") and bar.fontMetrics().horizontalAdvance(shown) <= bar.width()
+    assert "…" in shown and bar.toolTip() == stage
+    window.picker.set_progress("reading weights", 0.5)
+    assert bar.text() == "reading weights 50%"

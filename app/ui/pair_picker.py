@@ -278,7 +278,12 @@ class PairPicker(QWidget):
 
     def set_progress(self, stage: str, fraction: float) -> None:
         self.progress.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
-        self.progress.setFormat(f"{stage} %p%")
+        # Never clipped: a long stage is shortened in the middle to the bar's width, whole in its tooltip.
+        percent = f" {self.progress.value() // 10}%"
+        room = max(self.progress.width() - 16 - self.progress.fontMetrics().horizontalAdvance(percent), 40)
+        shown = self.progress.fontMetrics().elidedText(stage, Qt.TextElideMode.ElideMiddle, room)
+        self.progress.setFormat(shown.replace("%", "%%") + " %p%")
+        self.progress.setToolTip(stage)
 
     def set_loaded(self, facts: dict[str, Any], spec: PairSpec | None) -> None:
         self._loaded_spec, self._loaded_facts = spec, dict(facts)
