@@ -61,7 +61,7 @@ def test_drafting_never_runs_on_a_plan_whose_verify_is_not_row_exact(monkeypatch
     for drafter in ("lookup", "draft"):
         choice = choose(curves, drafter)
         assert choice.option.name == "bf16-int4" and choice.option.exact_verify
-        assert "bf16 not with drafting" in choice.reason and "float32 not with drafting" in choice.reason
+        assert "bf16 (dequantized weights) not with drafting" in choice.reason and "float32 not with drafting" in choice.reason
     assert choose({"bf16": STEEP_FAST}, "lookup").option.name == "bf16"  # nothing exact to choose
 
 

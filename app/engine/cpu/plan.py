@@ -158,11 +158,13 @@ def choose(curves: dict[str, CostCurve], drafter: str) -> PlanChoice:
     best_expected = max(speed for speed, _ in speeds.values())
     tied = [name for name in speeds if speeds[name][0] >= (1 - TIE_BAND) * best_expected]
     best = max(tied, key=plain.__getitem__)
-    others = ", ".join([f"{OPTIONS[n].name} {speeds[n][0]:.0f}" for n in speeds if n != best]
-                       + [f"{n} not with drafting (its verify is not row-exact)" for n in left_out])
+    # In a person's words (the plans' labels, not their cache names): the window shows this.
+    others = ", ".join([f"{OPTIONS[n].label} {speeds[n][0]:.0f}" for n in speeds if n != best]
+                       + [f"{OPTIONS[n].label} not with drafting (its verify is not row-exact)" for n in left_out])
     tie = ", the fastest one-token step of a tie" if speeds[best][0] < best_expected else ""
     if alpha > 0:
-        reason = (f"measured: {speeds[best][0]:.0f} tok/s expected with {drafter} drafting at {alpha:.0%} acceptance "
+        drafting = {"lookup": "prompt lookup", "draft": "a draft model"}.get(drafter, drafter)
+        reason = (f"measured: {speeds[best][0]:.0f} tok/s expected with {drafting} at {alpha:.0%} acceptance "
                   f"({plain[best]:.0f} plain{tie}); {others or 'no other plan'}")
     else:
         reason = f"measured: fastest one-token step, {plain[best]:.0f} tok/s; {others or 'no other plan'}"
