@@ -130,12 +130,19 @@ def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, 
     refusal; if torch fails too, one line with both causes."""
     from app.engine.backends.torch_load import load_torch
 
+    # The torch load's own warnings (a CPU plan measured on a busy machine) are lines beside the
+    # one error where this second try fails too: kept back during it, its outcome says it all.
+    torch_log = logging.getLogger("app.engine.backends.torch_load")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
     try:
         return load_torch(path, info, backend_reason=f"torch: {refused}", **kwargs)
     except LoadCancelled:
         raise
     except SpeculaError as exc:
         raise ModelFileError(f"{refused}; torch could not run it either: {_without_name(exc, path)}") from exc
+    finally:
+        torch_log.setLevel(level)
 
 
 def _without_name(exc: BaseException, path: Path) -> str:
