@@ -149,12 +149,12 @@ def test_specula_compare_prints_the_run_command_of_the_fastest(tiny_paths, tmp_p
     assert_reproduces(parsed(argv[2:]), choice)
     assert parsed(argv[2:]).model == str(main_path)  # a path with a space, quoted and parsed back whole
     again = parsed(argv[2:])  # with the settings the run shared: `run` alone samples at 0.8
-    assert (again.n_predict, again.temp, again.dtype, again.no_int4) == (16, 0.0, "float32", False)
+    assert (again.n_predict, again.temp, again.dtype) == (16, 0.0, "float32")
 
 
 def test_a_sampled_run_reproduces_with_its_sampling_and_precision():
     settings = RunSettings(n_predict=48, temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, seed=1234)
-    args = parsed(["-m", "/m.gguf", *setting_flags(settings, "bfloat16", int4=False)])
+    args = parsed(["-m", "/m.gguf", *setting_flags(settings, "bfloat16")])
     assert (args.n_predict, args.temp, args.top_k, args.top_p, args.min_p, args.seed) == (48, 0.7, 20, 0.9, 0.1, 1234)
-    assert (args.dtype, args.no_int4) == ("bfloat16", True)
+    assert args.dtype == "bfloat16"
     assert "--dtype" not in setting_flags(RunSettings())  # auto stays implicit

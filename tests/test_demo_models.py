@@ -42,12 +42,12 @@ def test_demo_model_greedy_identity_and_lookup_acceptance(demo_path, key):
 
 
 @pytest.mark.parametrize("key, n_prompt", [("smollm2-135m", 240), ("gemma3-270m", 500)])
-def test_verifies_across_the_kv_buffers_growth_and_the_sliding_window_match_plain_decoding(demo_path, key, n_prompt):
-    """An int4 load (row-exact verifies) whose reply crosses a KV buffer's first size (256 tokens)
-    and, for Gemma 3, its sliding window (512), while prompt lookup's verifies are rewound: the
-    in-place cache (app.engine.cpu.kvbuffer) must give plain decoding's tokens."""
-    loaded = load_model(demo_path(key), device="cpu", dtype="bfloat16")
-    assert loaded.plan.int4
+def test_torch_verifies_across_the_sliding_window_match_plain_decoding(demo_path, key, n_prompt):
+    """The torch backend (float32, its CPU default) on a reply that crosses, for Gemma 3, its
+    sliding window (512), while prompt lookup's verifies are rewound: transformers' cache must
+    keep the states a rollback past the window needs and give plain decoding's tokens."""
+    loaded = load_model(demo_path(key), device="cpu", backend="torch")
+    assert loaded.backend == "torch" and loaded.plan.dtype_name == "float32"
     helpers = ""
     while True:  # other code before the request, until the prompt is long enough
         ids = render_prompt(loaded.tokenizer, [{"role": "user", "content": helpers + REWRITE}])

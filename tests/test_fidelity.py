@@ -6,9 +6,11 @@ one-token rows may round apart); the count of such ties is printed."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from app.cli.bench_args import PROMPTS
+from app.cli.bench_common import PROMPTS
 from app.engine.events import DoneEvent
 from app.engine.fidelity import compare_to_plain
 from app.engine.loader import load_model
@@ -60,7 +62,13 @@ def test_every_drafter_keeps_plain_decodings_reply_or_parts_only_at_a_near_tie(d
 
 
 def test_the_backends_settings_do_not_depend_on_the_drafter(demo_path):
-    path = demo_path("gemma3-270m")
-    plain = load_model(path, drafter="none")
-    drafted = load_model(path, drafter="lookup")
+    """The loader takes no drafter at all, and the window's load of a pair runs the main model
+    the same with and without drafting."""
+    from app.worker.engine_calls import load_pair
+    from app.worker.requests import LOOKUP, NONE, PairSpec
+
+    assert "drafter" not in inspect.signature(load_model).parameters
+    path = str(demo_path("gemma3-270m"))
+    plain = load_pair(PairSpec(path, NONE), lambda *_: None, lambda: False).main
+    drafted = load_pair(PairSpec(path, LOOKUP), lambda *_: None, lambda: False).main
     assert plain.backend == drafted.backend and plain.plan == drafted.plan

@@ -262,7 +262,7 @@ def _exercise(info) -> None:
     """What the library, inspect and check-pair do with a header that parsed."""
     format_info(info)
     json.dumps(info.to_dict())
-    info.memory_bytes(int4=True)
+    info.memory_bytes()
     info.kv_bytes_per_token()
     list(info.tokens()[:4])
     check_tensor_table(info)

@@ -49,23 +49,6 @@ def shot(widget, name: str) -> None:
         widget.grab().save(str(Path(folder) / f"{name}.png"))
 
 
-def pin_plans(monkeypatch, tmp_path, plans: dict) -> None:
-    """Make `auto` load each of these files in the given CPU plan, as a plan cache measured so
-    would (a cache of its own under tmp_path): a tiny model's greedy text, which some tests
-    need to behave a certain way, differs from plan to plan."""
-    from app.engine.cpu import plan as cpu_plan
-    from app.engine.gguf_info import read_gguf_info
-    from app.engine.loader import cpu_plan_options
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for path, name in plans.items():
-        info = read_gguf_info(path)
-        options = cpu_plan_options(info)
-        curves = {o.name: cpu_plan.CostCurve((0.001 if o.name == name else 0.01,) * len(cpu_plan.MEASURED_TOKENS))
-                  for o in options}
-        cpu_plan.store_curves(info, options, curves)
-
-
 def open_window(qtbot) -> MainWindow:
     window = MainWindow()
     qtbot.addWidget(window)  # closed (and shut down) at the end of the test
@@ -130,7 +113,6 @@ def reopen_store(data_dir: Path) -> HistoryStore:
 
 def test_whole_path_pair_to_marked_streamed_reply_and_charts(qtbot, data_dir, tiny_paths, monkeypatch, tmp_path):
     main, draft = tiny_paths["llama-f32"], tiny_paths["llama-q8"]
-    pin_plans(monkeypatch, tmp_path, {main: "float32", draft: "float32"})  # drafts that get accepted
     window = open_window(qtbot)
     add_models(qtbot, window, [main, draft, tiny_paths["qwen2-f32"]])
     facts = load_pair(qtbot, window, main, MODEL, draft)

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFileDialog
 from app.engine.gguf_info import format_bytes
 from app.hub.builtin import builtin_path
 from app.worker.requests import LOOKUP, MODEL, NONE
-from tests.test_gui import (GREEDY_FIXED, add_models, data_dir, load_pair, open_window, pin_plans, send,  # noqa: F401
+from tests.test_gui import (GREEDY_FIXED, add_models, data_dir, load_pair, open_window, send,  # noqa: F401
                             shot)
 from tests.test_worker import foreign_vocab_path  # noqa: F401
 
@@ -225,47 +225,38 @@ def test_models_in_the_hugging_face_cache_are_in_the_library(qtbot, data_dir, ti
     assert window.library.tree.topLevelItem(row).text(1) == "HF cache"
 
 
-def test_the_int4_choice_reaches_the_loader_and_the_estimate(qtbot, data_dir, tiny_paths):
+def test_the_backend_choice_reaches_the_estimate_and_a_load_replaces_it(qtbot, data_dir, tiny_paths):
+    """One estimate per model: before a load, of the backend chosen (llama.cpp keeps the file's
+    types; torch dequantizes to float32 on the CPU); once loaded, the engine's own count, until
+    the backend chosen differs from the load's."""
     window = open_window(qtbot)
     picker, offload = window.picker, window.picker.main_offload
     qtbot.waitUntil(lambda: offload._devices is not None, timeout=60_000)
     assert picker.select_main(str(builtin_path("smollm2-135m"))) and picker.select_draft(LOOKUP)
-    assert not picker.int4_check.isVisibleTo(picker)  # a torch CPU setting: hidden on llama.cpp
+    info = picker.main_entry().info
+    if (offload._devices or {}).get("cpu_dtype") == "gguf":  # llama.cpp runs here
+        assert "weights (the file's own types)" in offload.detail.text()
     picker.set_backend("torch")
-    assert picker.int4_check.isVisibleTo(picker) and picker.spec().backend == "torch"
-    assert picker.int4_check.isChecked() and picker.spec().int4
-    cpu_bf16 = not offload.has_gpu() and (offload._devices or {}).get("cpu_dtype") == "bfloat16"
-    if cpu_bf16:  # where the loader would pack: the estimate says so, and shrinks
-        assert "bfloat16 + int4" in offload.detail.text()
-    packed_text = offload.detail.text()
-    shot(window, "int4-checked")
-    picker.int4_check.setChecked(False)
-    assert not picker.spec().int4 and "int4" not in offload.detail.text()
-    if cpu_bf16:
-        assert offload.detail.text() != packed_text
-    # Loaded unchecked, the model really holds dequantized weights.
+    assert picker.spec().backend == "torch"
+    assert f"{format_bytes(info.memory_bytes('float32'))} weights (float32)" in offload.detail.text()
+    shot(window, "estimate-torch")
     qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=120_000)
-    assert "int4" not in window.loaded_facts["main_plan"]
-    # The estimate is now the measured plan's, int8 head included where the plan has one...
     weights = window.loaded_facts["main_weights"]
-    kind = weights["dtype"] + (" + int8 head" if weights["int8_head"] else "")
-    assert weights["bytes"] == picker.main_entry().info.memory_bytes(weights["dtype"], int8_head=weights["int8_head"])
-    assert f"{format_bytes(weights['bytes'])} weights ({kind}, as loaded)" in offload.detail.text()
-    shot(window, "int4-unchecked-loaded")
-    # ... until a setting differs from the load's: then it is the guess for the next load again.
-    picker.int4_check.setChecked(True)
+    assert weights["dtype"] == "float32" and weights["bytes"] == info.memory_bytes("float32")
+    assert f"{format_bytes(weights['bytes'])} weights (float32, as loaded)" in offload.detail.text()
+    shot(window, "estimate-torch-loaded")
+    picker.set_backend("auto")
     assert "as loaded" not in offload.detail.text()
-    picker.int4_check.setChecked(False)
+    picker.set_backend("torch")
     assert "as loaded" in offload.detail.text()
 
 
 def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, data_dir, tiny_paths, monkeypatch, tmp_path):
     # The tiny main model's gibberish reply re-tokenizes to itself (which text-level drafting
-    # needs) in float32, not in every plan a machine may measure fastest.
-    pin_plans(monkeypatch, tmp_path, {tiny_paths["llama-f32"]: "float32"})
+    # needs) in torch's float32.
     window = open_window(qtbot)
-    window.picker.set_backend("torch")  # the plan pinned above is the torch backend's
+    window.picker.set_backend("torch")
     add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-b"]])
     facts = load_pair(qtbot, window, tiny_paths["llama-f32"], MODEL, tiny_paths["llama-b"])
     assert facts["draft_text_level"] and "(text-level)" in window.pair_label.text()

@@ -6,6 +6,8 @@ Real tiny GGUF files served by the fake hub of tests/hf_server.py; offscreen Qt.
 
 from __future__ import annotations
 
+import html
+
 from app.engine.gguf_info import read_gguf_info
 from app.hub.fit import machine_memory, memory_need
 from app.ui.library import FILE, entry_for_file
@@ -22,18 +24,18 @@ def test_discover_and_the_model_tab_show_one_need(qtbot, data_dir, panel, hub_fi
     details = browse(qtbot, panel, REPO_SMALL, SMALL_FILE)
     info = read_gguf_info(hub_files["small"])
     on_cpu = machine_memory().gpu is None
-    need = memory_need(info, dtype="bfloat16", on_cpu=on_cpu)
-    assert need.text() in details  # Discover: the header read over HTTP
+    need = memory_need(info)  # llama.cpp's: the file's own types, mapped
+    assert html.escape(need.text()) in details, details  # Discover: the header read over HTTP (as HTML)
 
     picker = PairPicker()
     qtbot.addWidget(picker)
     picker.resize(520, 520)
-    picker.set_devices({"gpu": None, "reason": "no GPU", "cpu_dtype": "bfloat16"} if on_cpu else
-                       {"gpu": "cuda", "name": "GPU", "cpu_dtype": "bfloat16", "gpu_dtype": "bfloat16"})
+    picker.set_devices({"gpu": None, "reason": "no GPU", "cpu_dtype": "gguf"} if on_cpu else
+                       {"gpu": "cuda", "name": "GPU", "cpu_dtype": "gguf", "gpu_dtype": "bfloat16"})
     picker.set_entries([entry_for_file(hub_files["small"], FILE)])
     if on_cpu:
         assert f"needs {need.text()}" in picker.main_offload.detail.text()  # the Model tab: the same words
-    assert need.total == need.weights + need.kv + need.loading and "while loading" in need.text()
+    assert need.total == need.weights + need.kv and "(the file's own types)" in need.text()
     picker.show()
     shot(panel, "one-estimate-discover")
     shot(picker, "one-estimate-model-tab")

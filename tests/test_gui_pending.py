@@ -91,9 +91,7 @@ def test_controls_that_need_a_reload_say_so_beside_them(qtbot, data_dir, tiny_pa
     picker.set_backend("torch")  # the backend combo
     assert picker.backend_note.isVisibleTo(window) and "Needs Load" in picker.backend_note.text()
     assert "auto" in picker.backend_note.text() and picker.plan_label.text() == plan
-    picker.int4_check.setChecked(False)  # the int4 checkbox, shown for torch
-    assert picker.int4_note.isVisibleTo(window) and "Needs Load" in picker.int4_note.text()
-    assert "backend torch" in picker.pending_label.text() and "int4 weights off" in picker.pending_label.text()
+    assert "backend torch" in picker.pending_label.text()
     # The GPU layers slider, where a GPU is found: what runs has no layers on it.
     picker.main_offload.set_devices({"gpu": "cuda", "name": "a GPU"})
     assert picker.main_offload.note.isVisibleTo(window)
@@ -104,8 +102,8 @@ def test_controls_that_need_a_reload_say_so_beside_them(qtbot, data_dir, tiny_pa
 
     press(qtbot, window)
     assert window.loaded_facts["backend"] == "torch" and not picker.pending_change()
-    assert not picker.backend_note.isVisibleTo(window) and not picker.int4_note.isVisibleTo(window)
-    picker.int4_check.setChecked(True)
-    assert picker.int4_note.text() == "Needs Load: int4 weights are not allowed in what runs now."
-    assert "(weights dequantized: no int4)" in picker.plan_label.text()  # the plan is what runs
+    assert not picker.backend_note.isVisibleTo(window)
+    picker.set_backend("auto")
+    assert picker.backend_note.text() == "Needs Load: the model runs on backend “torch” until then."
+    assert picker.plan_label.text().startswith("Runs on torch")  # the plan is what runs
     window.close()

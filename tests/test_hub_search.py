@@ -165,9 +165,9 @@ def test_fit_uses_the_engines_estimate(hub_files, monkeypatch):
     assert roomy.fits and roomy.where == "cpu" and roomy.need_bytes == need and roomy.gpu_layers is None
     tight = fits_this_machine(info, n_ctx=n_ctx, dtype="float32", machine=MachineMemory(need - 1, 1 << 34, None))
     assert not tight.fits and tight.reason.startswith("too big")
-    # A bf16 model on the CPU caches keys and values in float32 (app.engine.cpu.attention).
+    # torch caches keys and values in the weights' dtype.
     bf16 = fits_this_machine(info, n_ctx=n_ctx, dtype="bfloat16", machine=MachineMemory(1 << 34, 1 << 34, None))
-    assert bf16.kv_bytes == kv
+    assert bf16.kv_bytes == kv // 2
     gpu = MachineMemory(1 << 34, 1 << 34, GpuMemory("Test GPU", 1 << 34, 1 << 34))
     assert fits_this_machine(info, n_ctx=n_ctx, dtype="float32", machine=gpu).where == "gpu"
     per_layer = (info.n_params * 4 + kv) / info.n_layers

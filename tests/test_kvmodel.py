@@ -1,78 +1,52 @@
-"""A verify's logits through an int4 head: computed a few rows at a time, with the bits of
-one-token steps."""
+"""The torch backend's KV model: a rewind leaves the cache as if the rewound tokens were never
+fed, a verify's rows are the logits of one-token steps (float32, to rounding), and a greedy
+token is the first of equal maxima, as llama.cpp's sampler picks."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from app.engine.cpu import quantlinear
-from app.engine.kvmodel import LogitRows
-from app.engine.loader import load_model
+from app.engine.kvmodel import KVModel, LogitRows
 
-pytestmark = pytest.mark.skipif(not quantlinear.int4_available(), reason="this torch has no CPU int4 kernel")
-
-TEXT = "def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. 12 + 30 = 42."
+IDS = [5, 17, 3, 99, 42, 7, 64, 12, 8, 31]
 
 
-@pytest.fixture(scope="module", params=["smollm2-135m", "gemma3-270m"])
-def demo(request, demo_path):
-    return load_model(demo_path(request.param), device="cpu", dtype="bfloat16")
+def test_a_rewind_then_other_tokens_equals_feeding_those_tokens_fresh(tiny_loaded):
+    loaded = tiny_loaded("llama-q8")
+    assert loaded.backend == "torch" and loaded.plan.dtype_name == "float32"
+    kv = loaded.kv_model()
+    assert isinstance(kv, KVModel)
+    kv.feed(IDS[:6])
+    kv.feed([1, 2, 3], 3)  # a rejected draft
+    kv.rewind(6)
+    assert kv.ids == IDS[:6]
+    after_rewind = kv.feed(IDS[6:], 4)
+    fresh = loaded.kv_model()
+    fresh.feed(IDS[:6])  # the same batches, so the same products: bit for bit
+    assert torch.equal(fresh.feed(IDS[6:], 4), after_rewind)
 
 
-def _verify_rows(demo, n: int) -> tuple[LogitRows, list[torch.Tensor], list[int]]:
-    """(the rows of a verify of the text's last n tokens whose head records the rows of each call,
-    the logits of the same tokens fed one at a time, the record)."""
-    kv = demo.kv_model()
-    kv._screen = None  # every greedy token read from its row, screened or not on this CPU
-    ids = demo.tokenizer.encode(TEXT)
-    prompt, drafts = ids[:-n], ids[-n:]
-    kv.feed(prompt)
-    steps = [kv.feed([t])[0] for t in drafts]
-    kv.rewind(len(prompt))
-    rows = kv.feed_rows(drafts, n)
-    calls: list[int] = []
-    head = rows._head
-    rows._head = lambda hidden: calls.append(hidden.shape[0]) or head(hidden)
-    return rows, steps, calls
+def test_a_verifys_rows_are_the_one_token_steps_logits(tiny_loaded):
+    loaded = tiny_loaded("llama-q8")
+    kv = loaded.kv_model()
+    kv.feed(IDS[:5])
+    steps = [kv.feed([t])[0] for t in IDS[5:]]
+    kv.rewind(5)
+    rows = kv.feed_rows(IDS[5:], len(IDS) - 5)
+    assert len(rows) == 5
+    for i, step in enumerate(steps):
+        torch.testing.assert_close(rows.row(i), step, rtol=1e-4, atol=1e-4)
+        assert rows.argmax(i) == int(step.argmax())
 
 
-def test_a_verify_computes_its_first_rows_then_the_rest_with_the_bits_of_one_token_steps(demo):
-    assert demo.plan.int4 and kv_head_is_int4(demo)
-    rows, steps, calls = _verify_rows(demo, 9)
-    got = [rows.row(i) for i in range(9)]
-    assert calls == [LogitRows.FIRST_ROWS, 9 - LogitRows.FIRST_ROWS]
-    for i in range(9):
-        assert torch.equal(got[i], steps[i]), i
-    assert rows.argmax(8) == int(steps[8].argmax())
+def test_sync_reuses_the_common_prefix(tiny_loaded):
+    kv = tiny_loaded("llama-q8").kv_model()
+    kv.sync(IDS)
+    last = kv.sync(IDS[:7] + [2, 9])
+    assert kv.ids == IDS[:7] + [2, 9]
+    torch.testing.assert_close(last, tiny_loaded("llama-q8").kv_model().feed(IDS[:7] + [2, 9])[0], rtol=1e-4, atol=1e-4)
 
 
-def test_a_rejected_first_draft_computes_one_run_and_all_fills_in_the_rest_at_once(demo):
-    rows, steps, calls = _verify_rows(demo, 9)
-    assert rows.argmax(0) == int(steps[0].argmax())
-    assert calls == [LogitRows.FIRST_ROWS]
-    everything = rows.all()
-    assert calls == [LogitRows.FIRST_ROWS, 9 - LogitRows.FIRST_ROWS]
-    assert torch.equal(everything, torch.stack(steps))
-
-
-def kv_head_is_int4(demo) -> bool:
-    return isinstance(demo.model.get_output_embeddings(), quantlinear.Int4Linear)
-
-
-@pytest.mark.parametrize("size", [50, 1000, 65536, 65536 + 1000, 262144])
-def test_first_argmax_is_torch_argmax_on_ties_infinities_and_nans(size):
-    """The chunked argmax gives torch's index: the first of tied maxima, the first NaN."""
-    from app.engine.kvmodel import first_argmax
-
-    generator = torch.Generator().manual_seed(size)
-    for trial in range(40):
-        row = (torch.randint(-3, 4, (size,), generator=generator).float() if trial % 2
-               else torch.randn(size, generator=generator).to(torch.bfloat16).float())
-        if trial % 5 == 1:
-            row[int(torch.randint(size, (1,), generator=generator))] = float("nan")
-        if trial % 7 == 2:
-            row[-1] = float("inf")
-        if trial % 9 == 3:
-            row[:] = float("-inf")
-        assert first_argmax(row) == int(row.argmax())
+def test_the_greedy_token_is_the_first_of_equal_maxima():
+    rows = LogitRows(torch.tensor([[0.0, 3.0, 1.0, 3.0]]))
+    assert rows.argmax(0) == 1 and rows.all().shape == (1, 4)

@@ -197,8 +197,7 @@ def test_cancel_then_a_normal_load_works(tiny_paths, first_stage):
 
 
 def test_auto_dtype_on_cpu_is_never_read_from_a_cpu_flag():
-    # Before the loader measures the plan (tests/test_plan.py), auto on the CPU is float32, the
-    # exact choice, whatever the CPU's flags say.
+    # The torch fallback's auto on the CPU is float32, whatever the CPU's flags say.
     plan = resolve_plan(4, device="cpu")
     assert plan == DevicePlan(gpu=None, dtype=torch.float32, n_gpu_layers=0, n_layers=4)
 

@@ -226,16 +226,12 @@ def write_foreign_vocab_model(path):
         tiny.tiny_vocab = original
 
 
-def test_the_pair_spec_chooses_int4_or_dequantized_weights(qtbot, host, tiny_paths):
-    from app.engine.cpu import quantlinear
-
-    if not quantlinear.int4_available():
-        pytest.skip("this torch has no CPU int4 kernel")
-    path = str(tiny_paths["llama-q8"])  # Q8_0: packable as two 4-bit halves
-    packed = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16"))
-    assert packed["main_plan"].endswith("int4 weights")
-    plain = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16", int4=False))
-    assert plain["main_plan"] == "CPU, bfloat16"
+def test_the_pair_specs_dtype_means_torch_in_that_dtype(qtbot, host, tiny_paths):
+    path = str(tiny_paths["llama-q8"])
+    facts = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16"))
+    assert facts["backend"] == "torch" and facts["main_plan"] == "CPU, bfloat16"
+    facts = load(qtbot, host, PairSpec(path, LOOKUP, dtype="float32"))
+    assert facts["main_plan"] == "CPU, float32"
 
 
 def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qtbot, tiny_paths, tmp_path):

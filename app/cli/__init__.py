@@ -6,7 +6,6 @@ Flags follow llama.cpp's names so that a llama.cpp user recognises them at once.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -28,9 +27,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     parser.add_argument("-c", "--ctx-size", type=int, default=0, help="context size of the main model (0 = the model's own)")
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers of the main model computed on the GPU (99 = all; default: all when there is a GPU)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="weight dtype once loaded (auto: on a GPU bf16 or f16; on the CPU the plan measured fastest here, see `specula calibrate`)")
-    parser.add_argument("--no-int4", action="store_true", help="dequantize every weight to --dtype; by default, on a CPU in bf16, Q4/Q5/Q6/Q8 weights stay quantized and run torch's int4 kernel (less memory, faster plain decoding; dequantized weights verify long drafts more cheaply)")
-    parser.add_argument("--int8-head", action="store_true", help="with --dtype bfloat16 on a CPU: the output projection in int8 (torch's fbgemm), its leading tokens' logits exact (with --dtype auto the measured plan decides)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="torch backend: weight dtype once loaded (auto: on a GPU bf16 or f16, on the CPU float32; any other value means torch)")
     add_backend_flags(parser)
     if draft:
         from app.cli.spec_args import add_spec_flags
@@ -135,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def open_window(self_test: str | None = None) -> int:
-    """The window lives in app.ui, which imports Qt: the command line reaches it by name, so that
-    app.cli itself stays Qt-free (the import contract in pyproject.toml) and starts fast."""
-    return importlib.import_module("app.ui.launch").run_window(self_test)
+    """The window lives in app.ui, which imports Qt: imported only here, the one door from the
+    command line that pyproject.toml's import contract declares, so that the CLI starts fast."""
+    from app.ui.launch import run_window
+
+    return run_window(self_test)

@@ -21,18 +21,15 @@ from typing import Callable
 
 import torch
 
-from app.cli.bench_args import PROMPTS
+from app.cli.bench_common import PROMPTS, engine_facts, prompt_ids, timed_reply
 from app.cli.run import load_drafter, load_main
 from app.cli.spec_args import spec_choice
 from app.engine.backends import LLAMA_CPP
-from app.engine.chat import render_prompt
 from app.engine.fidelity import NEAR_TIE, compare_to_plain
-from app.engine.cpu import plan as cpu_plan
-from app.engine.events import DoneEvent
 from app.engine.loader import LoadedModel
 from app.engine.pair import LOOKUP, NONE, make_drafter
 from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.speculative import DecodeSettings
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
 
@@ -52,18 +49,6 @@ class BenchRow:
     identical: bool
     # Where a row of ours left plain decoding: "tie@12" at a near-tie (app.engine.fidelity), else None.
     divergence: str | None = None
-
-
-def _prompt_ids(main: LoadedModel, text: str) -> list[int]:
-    # A base model without a template gets the fallback "User: ... Assistant:" framing, as in chat.
-    return render_prompt(main.tokenizer, [{"role": "user", "content": text}])
-
-
-def _ours(main: LoadedModel, drafter, ids: list[int], settings: DecodeSettings):
-    kv = main.kv_model()
-    started = time.monotonic()
-    summary = next(e.summary for e in generate(kv, main.tokenizer, ids, drafter, settings) if isinstance(e, DoneEvent))
-    return list(summary.tokens), time.monotonic() - started, summary
 
 
 @torch.inference_mode()
@@ -91,50 +76,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
         adaptive_draft=not args.draft_fixed,
     )
     drafters = {NONE: make_drafter(main, NONE), LOOKUP: make_drafter(main, LOOKUP)}
-    # Each drafter on the plan `auto` measures best for it, as `run` and the window would load it
-    # (the main load's plan is the one for the drafting flags, plain decoding without them).
-    lookup_main = _main_for(args, main, LOOKUP)
-    if lookup_main is not main:
-        drafters[LOOKUP] = make_drafter(lookup_main, LOOKUP)
-    runs_on = {LOOKUP: lookup_main}
     draft_model = None
     if spec_choice(args).ngram not in (NONE, LOOKUP) or args.model_draft:
         drafter = load_drafter(args, main)  # the -md model and/or --spec-type's combination
         drafters[drafter.name] = drafter
         model_part = getattr(drafter, "fallback", None) or drafter
         draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
-    # (row suffix, main model, its drafters): with --plans (or --both-weights), the same file once
-    # more in each plan asked for, so that the plans are measured side by side in one run.
-    forms = [("", main, drafters, runs_on)]
-    for plan_name in _extra_plans(args, main):
-        other = _load_in_plan(args, main, plan_name)
-        forms.append((f" [{plan_name}]", other, {**drafters, NONE: make_drafter(other, NONE),
-                                                 LOOKUP: make_drafter(other, LOOKUP)}, {}))
-    lookup_plan = ("" if lookup_main is main else
-                   f"; lookup rows on {lookup_main.plan.describe()} ({lookup_main.plan_reason}), "
-                   f"'identical' to plain decoding in that plan")
-    print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}){lookup_plan}; greedy, n={args.n_predict}, "
-          f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), {_engine_facts(main)}"
+    print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
+          f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), {engine_facts(main)}"
           + (f"; each row the median of {args.repeat} runs, its speedups the median of the rounds' ratios"
-             if args.repeat > 1 else "")
-          + ("; rows marked [plan]: the same file in that plan" if len(forms) > 1 else ""))
-    # Warm-up: the first forward of each input shape is slow (kernel selection), so run every
-    # drafter once on a short reply before timing anything.
+             if args.repeat > 1 else ""))
+    # Warm-up: the first step of each batch shape is slow (kernel selection, first touches), so
+    # run every drafter once on a short reply before timing anything.
     warm = DecodeSettings(**{**settings.__dict__, "max_new_tokens": 24})
-    for _, form_main, form_drafters, form_runs_on in forms:
-        for name, drafter in form_drafters.items():
-            _ours(form_runs_on.get(name, form_main), drafter, _prompt_ids(form_main, PROMPTS["code-rewrite"]), warm)
+    for drafter in drafters.values():
+        timed_reply(main, drafter, prompt_ids(main, PROMPTS["code-rewrite"]), warm)
     llama = _llama_cpp_peer(main, args)
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
         if category not in PROMPTS:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
-        ids = _prompt_ids(main, PROMPTS[category])
+        ids = prompt_ids(main, PROMPTS[category])
         runs: dict[tuple[str, str], Callable[[], _Run]] = {}
-        for suffix, form_main, form_drafters, form_runs_on in forms:
-            for name, drafter_name, drafter, run_settings in _configs(form_drafters, settings, args.draft_sweep):
-                runs_on = form_runs_on.get(drafter_name, form_main)
-                runs[(suffix, name)] = functools.partial(_ours, runs_on, drafter, ids, run_settings)
+        for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep):
+            runs[("ours", name)] = functools.partial(timed_reply, main, drafter, ids, run_settings)
         # transformers' own generate() runs the torch backend's model: no such rows on llama.cpp.
         peers = {} if args.no_hf or main.backend == LLAMA_CPP else {
             "hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
@@ -146,7 +111,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for name in llama.models if llama is not None else ():
             runs[("llama.cpp", name)] = functools.partial(llama.run, name, ids, args.n_predict)
         results = _interleaved_runs(args.repeat, runs)
-        rows.extend(_prompt_rows(category, forms, settings, args.draft_sweep, results, ids, _judge(main)))
+        rows.extend(_prompt_rows(category, results, ids, _judge(main)))
     print(format_table(rows))
     note = _identity_note(rows, main)
     if note:
@@ -155,56 +120,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([asdict(r) for r in rows], handle, indent=2)
     return 0
-
-
-def _main_for(args: argparse.Namespace, main: LoadedModel, drafter: str) -> LoadedModel:
-    """The main model in the plan measured best for this drafter: `main` itself where that is
-    its plan (or no plan was measured: flags chose it, or a GPU), else a second load."""
-    if main.choice is None:
-        return main
-    choice = cpu_plan.choose(main.choice.curves, drafter)
-    if choice.option == main.choice.option:
-        return main
-    return dataclasses.replace(_load_in_plan(args, main, choice.option.name), choice=choice)
-
-
-def _load_in_plan(args: argparse.Namespace, main: LoadedModel, plan_name: str) -> LoadedModel:
-    """The main model once more in this plan, with the main load's measured curves (so that its
-    draft-length schedule starts from them, as an `auto` load of that plan would)."""
-    other = load_main(argparse.Namespace(**{**vars(args), **_PLAN_FLAGS[plan_name]}))
-    if main.choice is None or plan_name not in main.choice.curves:
-        return other
-    return dataclasses.replace(other, choice=cpu_plan.PlanChoice(cpu_plan.OPTIONS[plan_name], "as asked",
-                                                                 main.choice.curves))
-
-
-# What `specula run` flags force each CPU plan (app.engine.cpu.plan).
-_PLAN_FLAGS = {
-    "float32": {"dtype": "float32", "no_int4": True, "int8_head": False},
-    "bf16": {"dtype": "bfloat16", "no_int4": True, "int8_head": False},
-    "bf16-int4": {"dtype": "bfloat16", "no_int4": False, "int8_head": False},
-    "bf16-i8head": {"dtype": "bfloat16", "no_int4": True, "int8_head": True},
-    "bf16-int4-i8head": {"dtype": "bfloat16", "no_int4": False, "int8_head": True},
-}
-
-
-def _extra_plans(args: argparse.Namespace, main: LoadedModel) -> list[str]:
-    """The plans to run beside the main load: --plans, or --both-weights (the dequantized twin
-    of an int4 load); the plan the main load already runs is not repeated."""
-    names = [n.strip() for n in (args.plans or "").split(",") if n.strip()]
-    if main.backend == LLAMA_CPP:
-        if names:
-            raise SystemExit("specula: error: --plans are the torch backend's CPU plans (add --backend torch)")
-        return []
-    if args.both_weights and main.plan.int4:
-        names.append("bf16")
-    unknown = [n for n in names if n not in _PLAN_FLAGS]
-    if unknown:
-        raise SystemExit(f"specula: error: unknown plan {unknown[0]!r} (known: {', '.join(_PLAN_FLAGS)})")
-    current = "bf16-int4" if main.plan.int4 else {torch.float32: "float32", torch.bfloat16: "bf16"}.get(main.plan.dtype)
-    if current is not None and main.plan.int8_head:
-        current += "-i8head"
-    return list(dict.fromkeys(n for n in names if n != current))
 
 
 def _judge(main: LoadedModel):
@@ -220,16 +135,6 @@ def _judge(main: LoadedModel):
     return judge
 
 
-def _engine_facts(main: LoadedModel) -> str:
-    """What the rows run on: llama.cpp's threads and the price of a 5-token verify over one token
-    as measured here (it caps what any drafter can gain), or torch's threads and kernels."""
-    if main.backend == LLAMA_CPP:
-        curve = main.model.step_curve
-        batch = f", a 5-token batch costs {curve.ratio(5):.1f}x one token here" if curve is not None else ""
-        return f"llama.cpp threads={main.plan.threads}{batch}"
-    return f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
-
-
 def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     """llama.cpp on the same file when llama-cpp-python is installed (packaging/bootstrap.py installs it)."""
     from app.cli import bench_llamacpp
@@ -242,7 +147,7 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     try:
         peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=threads,
                                            lookup_tokens=args.draft_max, stop_ids=stop_ids)
-        peer.warm_up(_prompt_ids(main, PROMPTS["code-rewrite"]))
+        peer.warm_up(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_llamacpp.LOAD_ERRORS as exc:
         # Our rows are still worth having: one line, and the table without llama.cpp's rows.
         print(f"specula: llama.cpp could not run {main.path.name} ({_first_line(exc)}): its rows are left out",
@@ -256,16 +161,16 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
-    """(row name, drafter name, drafter, settings): each drafter with the adaptive length, and
-    with a fixed length for every value of --draft-sweep (llama.cpp's fixed --draft-max)."""
+    """(row name, drafter, settings): each drafter with the adaptive length, and with a fixed
+    length for every value of --draft-sweep (llama.cpp's fixed --draft-max)."""
     lengths = [int(v) for v in sweep.split(",") if v.strip()] if sweep else []
     for name, drafter in drafters.items():
-        yield name, name, drafter, settings
+        yield name, drafter, settings
         if name == NONE:
             continue
         for k in lengths:
             fixed = DecodeSettings(**{**settings.__dict__, "draft_max": k, "adaptive_draft": False})
-            yield f"{name} fixed {k}", name, drafter, fixed
+            yield f"{name} fixed {k}", drafter, fixed
 
 
 def _interleaved_runs(repeats: int, runs: dict[tuple[str, str], Callable[[], _Run]]) -> dict[tuple[str, str], list[_Run]]:
@@ -306,38 +211,27 @@ def _paired_speedups(kind: str, done: list[_Run], baseline: list[_Run]) -> tuple
     return (statistics.median(totals) if totals else 0.0), (statistics.median(decodes) if decodes else None)
 
 
-def _prompt_rows(category: str, forms: list, settings: DecodeSettings, sweep: str | None,
-                 results: dict[tuple[str, str], list[_Run]], ids: list[int], judge=None) -> list[BenchRow]:
-    """The table's rows for one prompt: each form's drafters against that form's plain decoding,
-    then the peers against the first form's."""
+def _prompt_rows(category: str, results: dict[tuple[str, str], list[_Run]], ids: list[int],
+                 judge=None) -> list[BenchRow]:
+    """The table's rows for one prompt: our drafters, then the peers, each against our plain
+    decoding (the first of our rows)."""
     rows: list[BenchRow] = []
-    first_baseline, own_plain = None, {}
-    for suffix, form_main, form_drafters, form_runs_on in forms:
-        baseline = None  # each form against its own plain decoding
-        for name, drafter_name, _, _ in _configs(form_drafters, settings, sweep):
-            runs_on = form_runs_on.get(drafter_name, form_main)
-            done = results[(suffix, name)]
-            baseline = baseline or done
-            run = _median_run(done)
-            tokens, summary = run[0], run[2]
-            row = _row(category, name + suffix, run, "ours", _median_run(baseline)[0],
-                       _paired_speedups("ours", done, baseline),
-                       summary.accept_rate if name != NONE else None,
-                       summary.mean_accepted_length if name != NONE else None)
-            if runs_on is not form_main:
-                # Another plan: its speed against this plain decoding, its text against plain
-                # decoding in its own plan (plans may round a near-tie differently).
-                if id(runs_on) not in own_plain:
-                    own_plain[id(runs_on)] = _ours(runs_on, make_drafter(runs_on, NONE), ids, settings)[0]
-                row = dataclasses.replace(row, identical=tokens == own_plain[id(runs_on)])
-            elif not row.identical and judge is not None:
-                row = dataclasses.replace(row, divergence=judge(ids, _median_run(baseline)[0], tokens))
-            rows.append(row)
-        first_baseline = first_baseline or baseline
+    ours = {name: done for (kind, name), done in results.items() if kind == "ours"}
+    baseline = ours[NONE]
+    plain = _median_run(baseline)[0]
+    for name, done in ours.items():
+        run = _median_run(done)
+        tokens, summary = run[0], run[2]
+        row = _row(category, name, run, "ours", plain, _paired_speedups("ours", done, baseline),
+                   summary.accept_rate if name != NONE else None,
+                   summary.mean_accepted_length if name != NONE else None)
+        if not row.identical and judge is not None:
+            row = dataclasses.replace(row, divergence=judge(ids, plain, tokens))
+        rows.append(row)
     for (kind, name), done in results.items():
         if kind in ("hf", "llama.cpp"):
-            rows.append(_row(category, name, _median_run(done), kind, _median_run(first_baseline)[0],
-                             _paired_speedups(kind, done, first_baseline), None, None))
+            rows.append(_row(category, name, _median_run(done), kind, plain,
+                             _paired_speedups(kind, done, baseline), None, None))
     return rows
 
 
@@ -350,9 +244,9 @@ def _row(prompt: str, config: str, run: _Run, kind: str, baseline_tokens: list[i
 
 
 def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
-    """Why a row of ours can differ from plain decoding: in half precision a verify and a
-    one-token step run different kernels, so a near-tie can flip a greedy token (float32 and the
-    row-exact int4 plan cannot). Peers (transformers, llama.cpp) are other programs altogether."""
+    """Why a row of ours can differ from plain decoding: a verify and a one-token step may round
+    differently, so a near-tie can flip a greedy token. Peers (transformers, llama.cpp) are other
+    programs altogether."""
     ours = [r for r in rows if not r.config.startswith(("hf ", "llama.cpp"))]
     if all(r.identical for r in ours) or main.plan.dtype_name == "float32":
         return None

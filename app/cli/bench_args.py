@@ -5,11 +5,7 @@ from __future__ import annotations
 import argparse
 
 from app.cli import add_model_flags
-from app.compare.prompts import BUILTIN_PROMPTS
-
-# The fixed prompt set, by category: the built-in prompts of `specula compare` (plain data, no
-# torch needed to list them), under bench's own name "code-rewrite" for the code prompt.
-PROMPTS = {("code-rewrite" if p.category == "code" else p.category): p.text for p in BUILTIN_PROMPTS}
+from app.cli.bench_common import PROMPTS
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -28,8 +24,6 @@ def register(sub) -> None:
     bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate() rows")
     bench.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows (shown when llama-cpp-python is installed)")
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
-    bench.add_argument("--both-weights", action="store_true", help="also run every configuration with the weights dequantized (as --no-int4), in the same run")
-    bench.add_argument("--plans", metavar="P,P,...", help="also run every configuration in these CPU plans, in the same run: float32, bf16 (dequantized weights), bf16-int4, and bf16-i8head, bf16-int4-i8head (with an int8 head) (e.g. --plans float32,bf16,bf16-int4 beside the measured default)")
     bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     bench.set_defaults(func=_run_bench)
 
@@ -44,7 +38,6 @@ def register_ngram(sub) -> None:
     """`specula bench-ngram`: acceptance of the learned n-gram cache after a short history."""
     ngram = sub.add_parser("bench-ngram", help="acceptance of the n-gram cache after a short chat history, vs lookup and no draft")
     add_model_flags(ngram, draft=False)
-    ngram.set_defaults(lookup=True)  # the CPU plan is chosen for n-gram drafting (app.engine.cpu.plan)
     ngram.add_argument("-n", "--n-predict", type=int, default=96, help="tokens per reply (default 96)")
     ngram.add_argument("--history", type=int, default=6, help="warm-up exchanges generated before measuring (default 6)")
     ngram.set_defaults(func=_run_bench_ngram)

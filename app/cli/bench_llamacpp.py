@@ -8,11 +8,10 @@ quantized kernels, so its greedy output can differ from ours; the table says whe
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 INSTALL_HINT = "llama.cpp's rows need llama-cpp-python: python3 packaging/bootstrap.py installs it"
 # What llama-cpp-python raises for a file its llama.cpp cannot run ("Failed to load model from
@@ -65,28 +64,3 @@ class LlamaCppPeer:
     def warm_up(self, ids: list[int]) -> None:
         for name in self.models:
             self.run(name, ids, 8)
-
-
-def step_curve(path: Path, n_threads: int, counts: Sequence[int], context: int, repeats: int) -> tuple[float, ...]:
-    """Fewest seconds of llama.cpp's step feeding n tokens, with the logits of all n (what a
-    verify needs), after `context` tokens, for each n in counts: the file, threads, context and
-    fewest-of-runs rule that our plans' curves are measured with (app.engine.cpu.calibrate), so
-    that the two compare by row."""
-    from llama_cpp import Llama
-
-    from app.engine.cpu.probe import fastest  # torch: not when the CLI's parser is built
-
-    llm = Llama(model_path=str(path), n_ctx=context + max(counts) + 1, n_threads=n_threads,
-                n_threads_batch=n_threads, logits_all=True, verbose=False)
-    llm.eval(list(range(1, context + 1)))
-    fed = list(range(100, 100 + max(counts)))  # any ids: the cost does not depend on them
-
-    def step(n: int) -> None:
-        # eval() first drops the cache past n_tokens: back to the context, as a rejected draft is.
-        llm.n_tokens = context
-        llm.eval(fed[:n])
-
-    try:
-        return tuple(fastest(functools.partial(step, n), repeats) for n in counts)
-    finally:
-        llm.close()

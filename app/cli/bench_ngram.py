@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
-from app.cli.bench import _ours, _prompt_ids
+from app.cli.bench_common import engine_facts, prompt_ids, timed_reply
 from app.cli.run import load_main
 from app.compare.prompts import BUILTIN_PROMPTS
 from app.engine.pair import LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NONE, make_drafter, open_cache
@@ -38,8 +36,7 @@ def cmd_bench_ngram(args: argparse.Namespace) -> int:
     started = time.monotonic()
     for text in warm[: args.history]:
         _run(main, make_drafter(main, NGRAM_CACHE, cache=cache), text, settings)  # learns at the end
-    print(f"# {main.name} on {main.plan.describe()}; greedy, n={args.n_predict}; torch threads="
-          f"{torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}; history: "
+    print(f"# {main.name} on {main.plan.describe()}; greedy, n={args.n_predict}; {engine_facts(main)}; history: "
           f"{min(args.history, len(warm))} exchanges, {len(cache):,} n-grams, {time.monotonic() - started:.0f} s")
     print(f"{'prompt':<10} {'config':<20} {'tokens':>6} {'drafted':>7} {'accept':>6} {'rate':>7} "
           f"{'tok/s':>7} {'speedup':>8}  identical")
@@ -59,5 +56,5 @@ def cmd_bench_ngram(args: argparse.Namespace) -> int:
 
 def _run(main, drafter, text: str, settings: DecodeSettings):
     """(summary, seconds) of one greedy reply, timed as `bench` times its rows."""
-    _, seconds, summary = _ours(main, drafter, _prompt_ids(main, text), settings)
+    _, seconds, summary = timed_reply(main, drafter, prompt_ids(main, text), settings)
     return summary, seconds

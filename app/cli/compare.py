@@ -13,7 +13,6 @@ code (app.ui, Qt offscreen), reached by name so that this module never imports Q
 from __future__ import annotations
 
 import argparse
-import importlib
 import random
 import re
 import signal
@@ -85,7 +84,7 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
     return CompareRequest(
         main_path=str(resolve_model_arg(args.model)), drafts=drafts, prompts=tuple(prompts), settings=settings,
         device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
-        n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size, int4=not args.no_int4,
+        n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size,
         backend=args.backend,
     )
 
@@ -122,13 +121,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bar.done()
     print(format_table(run))
     print(f"verdict: {verdict(run)}")
-    reproduce = reproduce_line(run, request.dtype, request.int4)
+    reproduce = reproduce_line(run, request.dtype)
     if reproduce is not None:
         print(reproduce)
     if args.csv:
         save_csv(run, args.csv)
     if args.png:
-        importlib.import_module("app.ui.compare_png").save_png(run, args.png)
+        from app.ui.compare_png import save_png  # Qt, only here: the one door pyproject.toml allows
+
+        save_png(run, args.png)
     return 0 if run.status == COMPLETE else 130
 
 

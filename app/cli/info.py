@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Header facts and memory needs: a header read, nothing loaded or measured (llama.cpp runs
-    the file's own types; the torch backend's CPU plan is measured when it loads a file)."""
+    the file's own types)."""
     info = read_gguf_info(resolve_model_arg(args.file))
     if args.json:
         print(json.dumps(info.to_dict(args.dtype), ensure_ascii=False, indent=2))

@@ -70,8 +70,9 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
 
 
 def load_main(args: argparse.Namespace) -> LoadedModel:
-    """The main model, after its header and the -md draft's agree (IncompatibleDraftError, exit
-    3, in a fraction of a second instead of after the main model's load and plan measurement)."""
+    """The main model, after the drafting flags are checked together (one line, exit 2) and its
+    header and the -md draft's agree (IncompatibleDraftError, exit 3, in a fraction of a second
+    instead of after the main model's load)."""
     from app.engine.gguf_info import read_gguf_info
     from app.engine.loader import load_model
     from app.engine.pair import check_pair
@@ -80,21 +81,12 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
     draft = spec_choice(args).draft_model
     if draft:
         check_pair(read_gguf_info(path), read_gguf_info(resolve_model_arg(draft)))
-    return load_model(
-        path, device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
-        int4=not getattr(args, "no_int4", False), drafter=drafter_kind(args),
-        int8_head=getattr(args, "int8_head", False), **backend_kwargs(args),
-    )
-
-
-def drafter_kind(args: argparse.Namespace) -> str:
-    """What will draft, for the measured plan's choice (app.engine.cpu.plan); checks the
-    drafting flags together first (one line, exit 2, before anything is loaded)."""
-    return spec_choice(args).plan_drafter
+    return load_model(path, device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
+                      **backend_kwargs(args))
 
 
 def plan_line(model: LoadedModel) -> str:
-    """`plan: CPU, bfloat16 + int4 weights (measured: ...)` for run's summary and bench's header."""
+    """`plan: llama.cpp on CPU, Q4_K_M, 2 threads (...)` for run's summary and bench's header."""
     return f"plan: {model.plan.describe()} ({model.plan_reason})"
 
 
@@ -109,7 +101,7 @@ def load_drafter(args: argparse.Namespace, main: LoadedModel):
     if spec.draft_model:
         draft = load_draft(
             main, resolve_model_arg(spec.draft_model), device=args.device, dtype=args.dtype,
-            n_gpu_layers=args.n_gpu_layers_draft, int4=not getattr(args, "no_int4", False), **backend_kwargs(args),
+            n_gpu_layers=args.n_gpu_layers_draft, **backend_kwargs(args),
         )
     cache = (NgramCache.load(spec.cache_file, main_vocab_key(main), vocab_size=main.info.vocab_size)
              if spec.cache_file else None)

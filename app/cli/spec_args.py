@@ -84,11 +84,6 @@ class SpecChoice:
     cache_file: str | None = None
     mod: tuple[int, int, int] = MOD_DEFAULTS
 
-    @property
-    def plan_drafter(self) -> str:
-        """What the CPU plan is chosen for (app.engine.cpu.plan): a model, n-grams, nothing."""
-        return "draft" if self.draft_model else ("lookup" if self.ngram != "none" else "none")
-
 
 def spec_choice(args: argparse.Namespace) -> SpecChoice:
     """The flags checked together; UsageError names the conflict."""

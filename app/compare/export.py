@@ -19,8 +19,8 @@ def header_lines(run: CompareRun) -> list[str]:
     """What every figure of the table was measured with."""
     s = run.settings
     mode = "greedy" if s.greedy else f"temperature {s.temperature:g}, seed {s.seed}"
-    identity = ("identical = same tokens as none (always with int4 weights on the CPU; otherwise a "
-                "near-tie can flip a token)" if s.greedy else "identical is not expected when sampling")
+    identity = ("identical = same tokens as none (a batch of drafts can round a near-tie between two "
+                "tokens otherwise)" if s.greedy else "identical is not expected when sampling")
     lines = [
         f"# {run.main.name} on {run.main.plan or '?'}, {mode}, n={s.n_predict}"
         f"{' (EOS ignored)' if s.ignore_eos else ''}, {s.draft_length_text()}, "

@@ -132,7 +132,7 @@ def run_command(choice: Fastest) -> str:
     return shlex.join(["specula", "run", *run_flags(choice)])
 
 
-def setting_flags(settings: RunSettings, dtype: str = "auto", int4: bool = True) -> list[str]:
+def setting_flags(settings: RunSettings, dtype: str = "auto") -> list[str]:
     """The `specula run` flags of what every configuration of a run shared: the reply length, the
     sampling when it was not greedy (`run` is greedy by default too only with --temp 0), and the
     precision when it was forced."""
@@ -144,17 +144,15 @@ def setting_flags(settings: RunSettings, dtype: str = "auto", int4: bool = True)
                   f"{settings.top_p:g}", "--min-p", f"{settings.min_p:g}", "--seed", str(settings.seed)]
     if dtype != "auto":
         flags += ["--dtype", dtype]
-    if not int4:
-        flags.append("--no-int4")
     return flags
 
 
-def reproduce_line(run: CompareRun, dtype: str = "auto", int4: bool = True) -> str | None:
+def reproduce_line(run: CompareRun, dtype: str = "auto") -> str | None:
     """The command line's last line: which configuration won and how to run it again, with the
     settings the run shared (setting_flags)."""
     choice = fastest(run)
     if choice is None:
         return None
-    command = shlex.join(["specula", "run", *run_flags(choice), *setting_flags(run.settings, dtype, int4)])
+    command = shlex.join(["specula", "run", *run_flags(choice), *setting_flags(run.settings, dtype)])
     return f"reproduce the fastest ({choice.describe()}): {command}"
 

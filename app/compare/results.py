@@ -104,7 +104,6 @@ class CompareRequest:
     n_gpu_layers: int | None = None
     n_gpu_layers_draft: int | None = None
     ctx_size: int = 0  # 0: the main model's own
-    int4: bool = True  # the command line's --no-int4 turns it off
     backend: str = "auto"  # what runs the models: auto, llama.cpp or torch (--backend)
 
 

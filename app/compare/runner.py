@@ -110,7 +110,7 @@ class Runner:
     def _load_main(self) -> LoadedModel:
         r = self.request
         return load_model(
-            r.main_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers, int4=r.int4, cancel=self.cancelled,
+            r.main_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers, cancel=self.cancelled,
             backend=r.backend,
             progress=lambda stage, fraction: self._progress(f"main model: {stage} {fraction:.0%}"),
         )
@@ -162,7 +162,7 @@ class Runner:
         r = self.request
         return load_draft(
             main, config.draft_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers_draft,
-            int4=r.int4, cancel=self.cancelled, backend=r.backend,
+            cancel=self.cancelled, backend=r.backend,
             progress=lambda stage, fraction: self._progress(f"draft {config.label}: {stage} {fraction:.0%}"),
         )
 

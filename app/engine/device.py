@@ -29,8 +29,6 @@ class DevicePlan:
     dtype: torch.dtype
     n_gpu_layers: int
     n_layers: int
-    int4: bool = False  # quantized layer weights run by torch's int4 CPU kernel (quantlinear)
-    int8_head: bool = False  # the output projection in int8 (app.engine.cpu.int8head)
 
     @property
     def all_on_gpu(self) -> bool:
@@ -51,8 +49,7 @@ class DevicePlan:
             where = f"{self.gpu.upper()} (all {self.n_layers} layers)"
         else:
             where = f"{self.gpu.upper()} {self.n_gpu_layers}/{self.n_layers} layers, rest on CPU"
-        return (f"{where}, {self.dtype_name}" + (" + int4 weights" if self.int4 else "")
-                + (" + int8 head" if self.int8_head else ""))
+        return f"{where}, {self.dtype_name}"
 
 
 def available_gpu() -> str | None:
@@ -69,8 +66,8 @@ def auto_dtype(gpu: str | None) -> torch.dtype:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if gpu == "mps":
         return torch.float16
-    # On the CPU the loader measures the plan (app.engine.cpu.plan) for the models it builds
-    # itself; anything else runs in float32, transformers' default.
+    # The torch backend on the CPU is the fallback, there to be right rather than fast: float32,
+    # transformers' default, whose batch rows are the closest to one-token rows.
     return torch.float32
 
 

@@ -42,9 +42,8 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, 
 
 from app.engine import bpe_form
 from app.engine.atomic import write_atomic
-from app.engine.cpu import quantlinear, rowexact
 from app.engine.errors import LoadCancelled, ModelFileError
-from app.engine.gguf_info import INT4_PASSES, GGUFInfo, check_tensor_table, int4_packable
+from app.engine.gguf_info import GGUFInfo, check_tensor_table
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,6 @@ _ROW_CHUNKED = frozenset({"token_embd.weight", "output.weight"})
 # the dequantization and the cast into the parameter (Gemma's 262k x 640 Q8_0 table: 0.15-0.19 s,
 # against 0.86-1.25 in 64 MiB blocks).
 _CHUNK_ELEMENTS = 1 << 20
-_PACK_CHUNK_ELEMENTS = 1 << 21  # packing makes several temporaries per element: smaller blocks
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 ProgressCallback = Callable[[str, float], None]
@@ -146,12 +144,9 @@ def load_weights(
     config: dict,
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
-    int4: bool = False,
     on_table: Callable[[str, torch.Tensor], None] | None = None,
 ) -> None:
     """Fill `model`'s parameters from the file, in place, one tensor (or block of rows) in flight.
-    With `int4`, the layers' linear weights in a 4-to-8-bit GGUF type keep their integers and run
-    torch's int4 kernel instead (app.engine.cpu.quantlinear); their bf16 parameters are never written.
     on_table(gguf name, parameter) is called as soon as the embedding or output matrix is filled
     (usually the file's first tensor), so that work on it can start while the rest loads.
 
@@ -175,9 +170,6 @@ def load_weights(
                     on_table(tensor.name, params[hf_name])
                 continue
             raw = _read(handle, info, tensor.offset, tensor.n_bytes)
-            if int4 and _pack_into(model, hf_name, raw, tensor, processor, name_map):
-                filled.add(hf_name)
-                continue
             values = _dequantize(raw, tensor.ggml_type, tensor.shape)
             result = processor.process(weights=values.numpy(), name=tensor.name,
                                        tensor_key_mapping=name_map, parsed_parameters={})
@@ -187,87 +179,6 @@ def load_weights(
             _copy_into(params[hf_name], torch.as_tensor(np.asarray(result.weights)), tensor.name, info)
             filled.add(hf_name)
     _check_all_filled(model, filled, info)
-
-
-def _pack_into(model: torch.nn.Module, hf_name: str | None, raw: np.ndarray, tensor, processor,
-               name_map: dict[str, str]) -> bool:
-    """Replace the decoder-layer linear that owns `hf_name` by an Int4Linear of the file's
-    integers; False (the caller then fills the bf16 weight) when the tensor does not qualify."""
-    linear = packable_layer_linear(model, hf_name, tensor)
-    if linear is None:
-        return False
-    module_name = hf_name.rpartition(".")[0]
-    row_order = _row_order(processor, tensor.name, tensor.shape[0], name_map)
-    if row_order is None:
-        return False
-    packed = quantlinear.pack_linear(raw, tensor.ggml_type, tensor.shape, row_order, linear.bias)
-    parent_name, _, child = module_name.rpartition(".")
-    setattr(model.get_submodule(parent_name), child, packed)
-    return True
-
-
-def packable_layer_linear(model: torch.nn.Module, hf_name: str | None, tensor) -> torch.nn.Linear | None:
-    """The decoder-layer nn.Linear whose weight is `hf_name`, when the int4 kernel can run the
-    file's tensor for it (its type and shape); else None. The calibration's shaped models
-    (app.engine.cpu.calibrate) pack exactly these too."""
-    module_name, _, leaf = (hf_name or "").rpartition(".")
-    if leaf != "weight" or ".layers." not in f".{module_name}" or not int4_packable(tensor.ggml_type, tensor.shape):
-        return None
-    linear = model.get_submodule(module_name)
-    if type(linear) is not torch.nn.Linear or tuple(linear.weight.shape) != tuple(tensor.shape):
-        return None
-    if rowexact.replaces_int4(tensor):  # a small multi-pass matrix this CPU computes for less in bf16 rows
-        return None
-    return linear
-
-
-def packable_head_tensor(model: torch.nn.Module, info: GGUFInfo):
-    """The file's tensor of the output projection (output.weight, else the tied embedding) when
-    the int4 kernel can run it as the model's head; else None."""
-    head = model.get_output_embeddings()
-    tensor = info.head_tensor()
-    if type(head) is not torch.nn.Linear or head.bias is not None or tensor is None:
-        return None
-    if tuple(head.weight.shape) != tuple(tensor.shape) or not int4_packable(tensor.ggml_type, tensor.shape, head=True):
-        return None
-    return tensor
-
-
-def pack_head(model: torch.nn.Module, info: GGUFInfo) -> bool:
-    """Run the output projection (often the embedding, tied) with the int4 kernel from the file's
-    integers, read a block of rows at a time. The projection is the largest matrix a decoding step
-    reads: a 262k-token vocabulary is 335 MB in bf16. A tied embedding keeps its bf16 table for
-    the input lookup. False when the head's type or shape does not qualify."""
-    tensor = packable_head_tensor(model, info)
-    if tensor is None:
-        return False
-    rows, k = tensor.shape
-    step = max(quantlinear.PACK_ROWS, _PACK_CHUNK_ELEMENTS // k // quantlinear.PACK_ROWS * quantlinear.PACK_ROWS)
-    if not quantlinear.layout_is_known():
-        step = rows  # an unknown layout may not keep blocks of rows apart: pack in one go
-    # Written block by block into the final tensors: the kernel packs each 64 rows on their own,
-    # and holding the blocks to join them would double the head in memory while loading.
-    passes = [(torch.empty(rows, k // 2, dtype=torch.uint8),
-               torch.empty(k // quantlinear.GROUP, rows, 2, dtype=torch.bfloat16))
-              for _ in range(INT4_PASSES[tensor.ggml_type])]
-    with open(info.path, "rb") as handle:
-        for first, n, raw in _row_blocks(handle, info, tensor, step):
-            for (packed, scales_zeros), (block, block_scales) in zip(passes, quantlinear.pack_passes(raw, tensor.ggml_type, (n, k))):
-                packed[first : first + n].copy_(block)
-                scales_zeros[:, first : first + n].copy_(block_scales)
-    model.set_output_embeddings(quantlinear.Int4Linear(passes, rows, k, None))
-    return True
-
-
-def _row_order(processor, gguf_name: str, n_rows: int, name_map: dict[str, str]) -> np.ndarray | None:
-    """Which file row each model row comes from: transformers' processor run on the row numbers
-    (Llama's q/k un-permutation reorders rows). None if the processor does anything but reorder."""
-    rows = np.arange(n_rows, dtype=np.float64).reshape(n_rows, 1)
-    result = processor.process(weights=rows, name=gguf_name, tensor_key_mapping=name_map, parsed_parameters={})
-    order = np.asarray(result.weights).reshape(-1)
-    if order.shape != (n_rows,) or not np.array_equal(np.sort(order), np.arange(n_rows)):
-        return None
-    return order.astype(np.int64)
 
 
 def _read(handle: BinaryIO, info: GGUFInfo, offset: int, n_bytes: int) -> np.ndarray:
@@ -320,18 +231,13 @@ def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) 
 
 
 def build_model(info: GGUFInfo, dtype: torch.dtype, progress: ProgressCallback | None = None,
-                cancel: CancelCheck | None = None, int4: bool = False, int4_head: bool = True,
+                cancel: CancelCheck | None = None,
                 on_table: Callable[[str, torch.Tensor], None] | None = None) -> torch.nn.Module:
-    """The model in `dtype`; with `int4` (bf16 on the CPU only) quantized layer weights stay
-    quantized (app.engine.cpu.quantlinear), and so does the output projection unless int4_head is
-    False (a plan with an int8 head: app.engine.cpu.int8head). on_table: see load_weights."""
+    """The model in `dtype`, every weight dequantized. on_table: see load_weights."""
     config = build_config(info)
     with no_init_weights():  # every parameter is overwritten from the file
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    int4 = int4 and dtype == torch.bfloat16
-    load_weights(model, info, config_dict(info), progress, cancel, int4=int4, on_table=on_table)
-    if int4 and int4_head:
-        pack_head(model, info)
+    load_weights(model, info, config_dict(info), progress, cancel, on_table=on_table)
     release_freed_memory()  # the float32 tensors each weight passed through
     return model.eval()
 

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, overload
+from typing import Any, overload
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
@@ -140,26 +140,6 @@ class TensorInfo:
     offset: int  # relative to the start of the data section
 
 
-# GGUF types whose integers torch's int4 CPU kernel runs directly (app.engine.cpu.quantlinear), and
-# how many 4-bit passes each takes; each pass holds 0.5 byte per weight plus a bf16 scale and zero
-# per group of 32 (0.125 byte per weight).
-INT4_PASSES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q5_0": 2, "Q5_1": 2, "Q5_K": 2, "Q8_0": 2, "Q6_K": 4}
-INT4_GROUP = 32
-_INT4_BYTES_PER_PASS = 0.5 + 4 / INT4_GROUP
-
-
-def int4_packable(ggml_type: str, shape: tuple[int, ...], head: bool = False) -> bool:
-    """A matrix the kernel can run: a supported type, K a multiple of the group, N of 16.
-    Q6_K's four passes cost about what a bf16 copy costs per token, in more memory (2.5 bytes per
-    weight): worth it in the layers, where a verify's rows cost less with them (and come out as
-    decoding's), not for an output projection, which would be held beside a tied bf16 table.
-    (Where a CPU computes a small bf16 copy row by row for clearly less, the loader keeps that
-    instead: rowexact.replaces_int4, which memory_bytes counts when it is given.)"""
-    if head and ggml_type == "Q6_K":
-        return False
-    return ggml_type in INT4_PASSES and len(shape) == 2 and shape[1] % INT4_GROUP == 0 and shape[0] % 16 == 0
-
-
 def _dtype_size(dtype: str) -> int:
     name = _DTYPE_ALIASES.get(dtype, dtype)
     if name not in _DTYPE_SIZES:
@@ -202,52 +182,26 @@ class GGUFInfo:
         toks = self.metadata.get("tokenizer.ggml.tokens")
         return toks if isinstance(toks, Sequence) and not isinstance(toks, str) else ()
 
-    def memory_bytes(self, dtype: str = "bfloat16", int4: bool = False, int8_head: bool = False,
-                     kept_in_dtype: Callable[["TensorInfo"], bool] | None = None) -> int:
-        """Weights once loaded at `dtype`. A tied output shares token_embd, so it is counted once
-        simply because the file holds it once. With `int4`, the layers' matrices and the output
-        projection in a packable type stay quantized (a tied embedding keeps its `dtype` table
-        for the input lookup, plus the packed head and its screening bound). With `int8_head` the
-        output projection keeps its `dtype` table (for its exact products) and adds its int8
-        weights, a byte each over K and two range columns rounded up to 32, and a few numbers per
-        token (app.engine.cpu.int8head; fbgemm's packed form is opaque, so this is the values' size).
-        kept_in_dtype(tensor) names the layer matrices an int4 load keeps in `dtype` after all
-        (app.engine.cpu.rowexact.replaces_int4, a measurement of this CPU: the engine passes it,
-        the window, which never imports torch, cannot, and counts them as int4)."""
-        head = self.head_tensor()
-        extra = 0
-        if int8_head and head is not None:
-            extra = head.shape[0] * (-(-(head.shape[1] + 2) // 32) * 32 + 48)
-        if not int4:
-            return self.n_params * _dtype_size(dtype) + extra
-        size = _dtype_size(dtype)
-        total = float(extra)
-        for t in self.tensors:
-            is_head = t is head
-            if (not (t.name.startswith("blk.") or is_head) or (is_head and int8_head)
-                    or not int4_packable(t.ggml_type, t.shape, head=is_head)
-                    or (not is_head and kept_in_dtype is not None and kept_in_dtype(t))):
-                total += t.n_elements * size
-                continue
-            total += t.n_elements * INT4_PASSES[t.ggml_type] * _INT4_BYTES_PER_PASS
-            if is_head:
-                total += t.n_elements * 4 / INT4_GROUP  # the screening bound, float32 per group
-            if t.name == "token_embd.weight":
-                total += t.n_elements * size  # the lookup table
-        return int(total)
+    def memory_bytes(self, dtype: str = "bfloat16") -> int:
+        """Weights once loaded: dequantized at `dtype`, as the torch backend holds them, or for
+        "gguf" as stored, as llama.cpp maps them. A tied output shares token_embd, so it is counted
+        once simply because the file holds it once."""
+        if dtype == "gguf":
+            return sum(t.n_bytes for t in self.tensors)
+        return self.n_params * _dtype_size(dtype)
 
     def head_tensor(self) -> "TensorInfo | None":
         """The output projection: output.weight, else the embedding it is tied to."""
         by_name = {t.name: t for t in self.tensors}
         return by_name.get("output.weight") or by_name.get("token_embd.weight")
 
-    def kv_bytes_per_token(self, dtype: str = "bfloat16", cpu: bool = False) -> int:
-        """KV cache bytes per token of context: keys + values over every layer's KV heads. On the
-        CPU a half-precision model caches them in float32 (app.engine.cpu.attention)."""
+    def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
+        """KV cache bytes per token of context: keys + values over every layer's KV heads ("gguf":
+        llama.cpp's float16 cache)."""
         md, arch = self.metadata, self.architecture
         k_len = _as_int(md.get(f"{arch}.attention.key_length")) or self.head_dim
         v_len = _as_int(md.get(f"{arch}.attention.value_length")) or k_len
-        size = 4 if cpu else _dtype_size(dtype)
+        size = _dtype_size("float16" if dtype == "gguf" else dtype)  # llama.cpp's default KV type
         return self._kv_heads_total * (k_len + v_len) * size
 
     def to_dict(self, dtype: str = "bfloat16") -> dict[str, Any]:

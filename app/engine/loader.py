@@ -6,8 +6,8 @@ memory-safety bugs. Then app.engine.backends.choose picks llama.cpp (where it im
 self-test on this CPU and runs the device asked for) or torch, and the file loads there; with
 `auto`, a file llama.cpp refuses is tried on torch. Errors are one line naming the file.
 
-This module imports neither transformers nor the torch backend's CPU kernels: a llama.cpp load
-(the default) starts without them (app.engine.backends.torch_load has the torch path).
+This module imports neither torch nor transformers: a llama.cpp load (the default) starts
+without them (app.engine.backends.torch_load has the torch path).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ class LoadedModel:
     plan: Any  # torch: app.engine.device.DevicePlan; llama.cpp: llamacpp_load.LlamaPlan
     load_s: float
     rope_fix: str | None = None
-    choice: Any = None  # torch: how `auto` chose the CPU plan (app.engine.cpu.plan.PlanChoice), when it did
     backend: str = TORCH
     backend_reason: str = ""  # why this backend, in one line
 
@@ -48,8 +47,6 @@ class LoadedModel:
         """Why the model runs as it does, for the window, inspect, run and bench."""
         if self.backend == LLAMA_CPP:
             return self.backend_reason
-        if self.choice is not None:
-            return self.choice.reason
         return "as asked" if self.plan.gpu is None else "on the GPU"
 
     @property
@@ -72,10 +69,7 @@ class LoadedModel:
             return llamacpp_load.new_context(self.model, self.info, n_ctx)
         from app.engine.kvmodel import KVModel
 
-        kv = KVModel(self.model, n_ctx or self.info.context_length or None)
-        if self.choice is not None and self.choice.curve is not None:
-            kv.step_cost = self.choice.curve.cost
-        return kv
+        return KVModel(self.model, n_ctx or self.info.context_length or None)
 
 
 def load_model(
@@ -86,17 +80,14 @@ def load_model(
     n_gpu_layers: int | None = None,
     progress: ProgressCallback | None = None,
     cancel: CancelCheck | None = None,
-    int4: bool = True,
-    drafter: str = "none",
-    int8_head: bool = False,
     backend: str = AUTO,
     llama: LlamaSettings = LlamaSettings(),
 ) -> LoadedModel:
     """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
     backend: auto (llama.cpp where it runs here, else torch; app.engine.backends.choose),
-    llama.cpp or torch; `llama` holds llama.cpp's run-time settings. dtype, int4, int8_head and
-    drafter are the torch backend's (app.engine.backends.torch_load.load_torch); the backend's
-    settings never depend on the drafter."""
+    llama.cpp or torch; `llama` holds llama.cpp's run-time settings, dtype the torch backend's
+    (app.engine.backends.torch_load.load_torch). Nothing here depends on the drafter: choosing
+    one never changes how the main model runs."""
     path = Path(path)
     started = time.monotonic()
     if progress is not None:
@@ -116,13 +107,11 @@ def load_model(
                 raise
             log.info("%s; trying torch", exc)
             return _torch_after_llama_cpp(exc, path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers,
-                                          progress=progress, cancel=cancel, int4=int4, drafter=drafter,
-                                          int8_head=int8_head, started=started)
+                                          progress=progress, cancel=cancel, started=started)
     from app.engine.backends.torch_load import load_torch
 
     return load_torch(path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers, progress=progress,
-                      cancel=cancel, int4=int4, drafter=drafter, int8_head=int8_head,
-                      backend_reason=backend_reason, started=started)
+                      cancel=cancel, backend_reason=backend_reason, started=started)
 
 
 def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, **kwargs) -> LoadedModel:
@@ -130,8 +119,8 @@ def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, 
     refusal; if torch fails too, one line with both causes."""
     from app.engine.backends.torch_load import load_torch
 
-    # The torch load's own warnings (a CPU plan measured on a busy machine) are lines beside the
-    # one error where this second try fails too: kept back during it, its outcome says it all.
+    # The torch load's own warnings are lines beside the one error where this second try fails
+    # too: kept back during it, its outcome says it all.
     torch_log = logging.getLogger("app.engine.backends.torch_load")
     level = torch_log.level
     torch_log.setLevel(logging.ERROR)
@@ -150,8 +139,8 @@ def _without_name(exc: BaseException, path: Path) -> str:
 
 
 # The torch backend's helpers, still reached through this module by the CLI and the tests.
-_TORCH_NAMES = {"check_supported", "supported_architectures", "cpu_plan_options", "choose_cpu_plan",
-                "prepare_cpu_model", "check_memory", "estimate_load_bytes", "weights_bytes", "_use_int4"}
+_TORCH_NAMES = {"check_supported", "supported_architectures", "check_memory", "estimate_load_bytes",
+                "weights_bytes"}
 
 
 def __getattr__(name: str):

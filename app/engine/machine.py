@@ -43,15 +43,3 @@ def memory_limit_bytes() -> int | None:
 def ram_total() -> int | None:
     found = _meminfo("MemTotal")
     return found if found is not None else _sysconf_bytes("SC_PHYS_PAGES")
-
-
-def int4_enabled() -> bool:
-    """Whether quantized weights may stay quantized on a bf16 CPU load (app.engine.cpu.quantlinear);
-    SPECULA_INT4=0 turns it off. Torch-free, so that the hub's fit check follows it too."""
-    return os.environ.get("SPECULA_INT4", "1").strip().lower() not in ("0", "no", "off", "false")
-
-
-def keeps_int4(dtype: str, on_cpu: bool) -> bool:
-    """Whether a load with these settings keeps quantized weights quantized, as the loader decides
-    (app.engine.loader._use_int4, which also asks torch for its kernel): on the CPU, in bf16."""
-    return on_cpu and dtype in ("bfloat16", "bf16") and int4_enabled()

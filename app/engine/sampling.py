@@ -95,7 +95,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 class RowProbs:
     """Main-model probabilities of consecutive positions, read as p[i] or p[i, token] like a
     [n, V] tensor, each row made from its logits when first read: a verify reads rows only up to
-    the first rejection, and an int4 head computes a row at a time (app.engine.kvmodel)."""
+    the first rejection (llama.cpp's rows are read in place, only those asked for)."""
 
     def __init__(self, row_logits: Callable[[int], torch.Tensor], n_rows: int, params: SamplingParams) -> None:
         self._row_logits, self._n, self._params = row_logits, n_rows, params

@@ -6,18 +6,18 @@ tokens to the main model's verify forward costs. Both sides are measured while g
 - the acceptance probability of each draft position given that the earlier ones were accepted
   (acceptance is bursty: inside a copied passage the next token is far likelier to be accepted
   than the first), from decayed counts so that the estimate follows the text;
-- the cost of a step: where the loader measured the plan's curve (app.engine.cpu.plan: a step
-  feeding 1, 2, 4, 8, 16 and 17 tokens on this machine), that curve plus the drafting time measured
-  in the steps; without one (a GPU plan), a line seconds = a + b * k for k drafted tokens,
+- the cost of a step: where the backend measured a curve (llama.cpp: a step feeding 1, 2, 3,
+  5, 9 and 17 tokens on this machine, app.engine.backends.llamacpp_cost), that curve plus the
+  drafting time measured in the steps; without one (torch), a line seconds = a + b * k for k drafted tokens,
   fitted by decayed least squares (a draft model makes b large, prompt lookup small). The curve
   is scaled by how much dearer the reply's own verifies are than it says, against its own steps
-  without drafts (curve_factor): the loader measures it on weights of zero at a short context.
+  without drafts (curve_factor): the curve is measured on meaningless tokens at a short context.
 
 A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product of the first j
 rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost c(k); the schedule picks
 the k <= draft_max that maximises E(k) / c(k) (the objective of Leviathan et al. 2023, section
-3.4, with the cost measured instead of assumed). A curve holds between its points at the later
-point's cost (the int4 kernel computes rows in blocks of four: 5 rows cost what 8 do), so the
+3.4, with the cost measured instead of assumed). A curve may grow in steps (a kernel that computes rows
+in blocks, as torch's retired int4 kernel did in fours: 5 rows cost what 8 did), and then the
 lengths chosen fill a block. On a CPU whose verify cost grows with every token drafts start
 short, where it is flat (float32) they start long. When drafting does not pay it drafts
 nothing, but still probes with one token now and then so that a copy-heavy stretch of text is
@@ -29,7 +29,7 @@ running?) is asked where that changes the length: one that sees a copy gets its 
 whatever the back-off (on Gemma 3 270M's rewrite prompt the back-off had sat out 60 steps of
 16-token matches), and one that sees none starts a reply with one draft instead of the prior's
 many (Drafter.confident); replaying the bench's greedy replies through the schedule with the
-measured int4 curves, that raised every prompt's speed or kept it (SmolLM2 chat 0.96 -> 0.98x of
+measured curves of the (retired) torch int4 kernel, that raised every prompt's speed or kept it (SmolLM2 chat 0.96 -> 0.98x of
 plain, Gemma rewrite 1.54 -> 2.35x, code-rewrite 2.66 -> 2.78x). Nor does such a drafter get
 drafts over _GROWTH times as far as its evidence reaches. After a step that had every draft
 accepted the next one drafts more (where a longer draft, accepted whole, costs no more per token:
@@ -38,7 +38,7 @@ counted as good as the last accepted one: acceptance comes in runs, and position
 draft get no new evidence, so stale rejections there would otherwise hold the length down for
 many steps of a copied passage. Not where the drafter sees no copy running: there a draft
 accepted whole is most often a chance hit of one or two tokens. Replaying the bench's greedy
-replies (both demo models, 32, 64 and 128 tokens, the int4 plans' curves on AVX-512 and AVX2)
+replies (both demo models, 32, 64 and 128 tokens, the torch int4 kernel's curves on AVX-512 and AVX2)
 that raised the slowest reply from 0.86-0.90x of plain decoding to 0.89-0.95x (SmolLM2's
 summary: a forced 2-3 token draft after each lucky probe) and the geometric mean of all by
 2%; a few replies lost up to 11% (Gemma's AVX2 chat at 32 tokens), more gained as much. The
@@ -142,8 +142,8 @@ class AdaptiveDraftLength:
         """A step of k drafts against one of none: the plan's measured curve plus the drafting
         time measured in the steps, where the loader measured a curve; else the line fitted to
         the steps where they show a slope, else a prior. A measured curve is not replaced by the
-        line: verify costs grow in steps (the int4 kernel computes rows in blocks of four), which
-        a line through a few lengths would put wrong at the others."""
+        line: verify costs may grow in steps (a kernel computing rows in blocks), which a line
+        through a few lengths would put wrong at the others."""
         if self._verify_cost is None:
             slope = self._fit.relative_slope(default=None)
             if slope is not None:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.engine.gguf_info import GGUFInfo, format_bytes
-from app.engine.machine import keeps_int4, memory_limit_bytes, ram_total
+from app.engine.machine import memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class MemoryNeed:
     kv: int
     loading: int
     n_ctx: int
-    kind: str  # how the weights are held: "bfloat16 + int4", "float32"
+    kind: str  # how the weights are held: "the file's own types", "float32"
     measured: bool = False  # the weights are the loaded model's own count, not a guess
 
     @property
@@ -61,7 +61,7 @@ class MemoryNeed:
         return self.weights + self.kv + self.loading
 
     def text(self) -> str:
-        """'≈ 442 MiB: 155 MiB weights (bfloat16 + int4) + 180 MiB KV for 4,096 tokens + 107 MiB
+        """'≈ 442 MiB: 155 MiB weights (bfloat16) + 180 MiB KV for 4,096 tokens + 107 MiB
         while loading' - the same words wherever a need is shown."""
         kind = self.kind + (", as loaded" if self.measured else "")
         loading = f" + {format_bytes(self.loading)} while loading" if self.loading else ""
@@ -74,26 +74,23 @@ def default_ctx(info: GGUFInfo) -> int:
     return min(info.context_length or DEFAULT_CTX, DEFAULT_CTX)
 
 
-def memory_need(info: GGUFInfo, *, dtype: str = "bfloat16", on_cpu: bool = True, int4_allowed: bool = True,
+def memory_need(info: GGUFInfo, *, dtype: str = "gguf",
                 n_ctx: int | None = None, weights_bytes: int | None = None, kind: str | None = None) -> MemoryNeed:
-    """The engine's estimate (app.engine.loader.check_memory): weights at `dtype` (quantized
-    weights kept int4 where the loader keeps them: on the CPU in bf16, when allowed), the KV cache,
-    and the largest tensor in float32 while loading. `weights_bytes` (and `kind`) replace the
-    weights' guess with a loaded model's own count."""
+    """The engine's estimate: dtype "gguf" is llama.cpp's (the file's tensors as stored, a float16
+    KV cache), any other the torch backend's (app.engine.backends.torch_load.check_memory: every
+    weight dequantized to `dtype`, the KV cache, and the largest tensor in float32 while loading).
+    `weights_bytes` (and `kind`) replace the weights' guess with a loaded model's own count."""
     own_types = dtype == "gguf"  # llama.cpp: the file's tensors as stored, memory-mapped
-    int4 = int4_allowed and not own_types and keeps_int4(dtype, on_cpu=on_cpu)
     n_ctx = n_ctx or default_ctx(info)
     measured = weights_bytes is not None
     # A backend that keeps the file's own types keeps its KV cache in float16 (llama.cpp's default).
     kv_dtype = dtype if dtype in ("float32", "float16", "bfloat16") else "float16"
     stored = sum(t.n_bytes for t in info.tensors) if own_types else None
-    weights = weights_bytes if measured else stored if own_types else info.memory_bytes(kv_dtype, int4=int4)
-    # "+ int4" only where some weights stay packed (an F32 or F16 file has none to keep).
-    int4 = int4 and (measured or weights != info.memory_bytes(kv_dtype, int4=False))
-    kv = info.kv_bytes_per_token(kv_dtype, cpu=on_cpu) * n_ctx
+    weights = weights_bytes if measured else stored if own_types else info.memory_bytes(kv_dtype)
+    kv = info.kv_bytes_per_token(kv_dtype) * n_ctx
     # torch dequantizes each tensor through float32 while loading; llama.cpp maps the file.
     loading = 0 if own_types else max((t.n_elements for t in info.tensors), default=0) * 4
-    kind = kind or dtype + (" + int4" if int4 else "")
+    kind = kind or dtype
     # llama.cpp keeps each tensor in the file's own type: say so, not the backend's tag "gguf".
     kind = kind.replace("gguf", "the file's own types")
     return MemoryNeed(weights, kv, loading, n_ctx, kind, measured)
@@ -162,10 +159,9 @@ def machine_memory() -> MachineMemory:
 
 
 def default_dtype(gpu: GpuMemory | None) -> str:
-    """The dtype the fit is estimated at: bf16. On a GPU that is the engine's auto dtype; on the
-    CPU `auto` measures the plan (app.engine.cpu.plan), which for plain decoding was bf16 on every
-    CPU measured, and leaves out any plan that does not fit, so bf16 is what must fit."""
-    return "bfloat16"
+    """The form the fit is estimated in: "gguf", llama.cpp's (the default backend), which keeps
+    the file's own types on the CPU and on a GPU alike."""
+    return "gguf"
 
 
 def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | None = None,
@@ -174,8 +170,7 @@ def fits_this_machine(info: GGUFInfo, *, n_ctx: int | None = None, dtype: str | 
     machine = machine or machine_memory()
     gpu = machine.gpu
     dtype = dtype or default_dtype(gpu)
-    # On the CPU in bf16 the engine keeps quantized weights quantized (app.engine.cpu.quantlinear).
-    estimate = memory_need(info, dtype=dtype, on_cpu=gpu is None, n_ctx=n_ctx)
+    estimate = memory_need(info, dtype=dtype, n_ctx=n_ctx)
     n_ctx, weights, kv, need = estimate.n_ctx, estimate.weights, estimate.kv, estimate.total
     ram = machine.ram_available
     if ram is not None and need > ram:

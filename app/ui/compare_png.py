@@ -1,6 +1,6 @@
 """The comparison's charts as a PNG without a window (`specula compare --png`).
 
-The command line reaches this by name (importlib), so app.cli never imports Qt. With no
+`specula compare --png` imports this only when asked (the one door pyproject.toml allows). With no
 QApplication yet, one is made on Qt's offscreen platform: nothing is shown, and it works on a
 machine without a display.
 """

@@ -94,8 +94,9 @@ class CompareSetup(QWidget):
                                 "is called the winner only when its slowest run beats plain decoding's fastest.")
         self.precision = QComboBox()
         self.precision.addItems(PRECISIONS)
-        self.precision.setToolTip("auto: on the CPU drafts are verified as decoding computes (int4 weights), so greedy outputs are\n"
-                                  "identical; float32 and half precision verify in batched products, where a near-tie can flip a token")
+        self.precision.setToolTip("auto: the backend's own (llama.cpp keeps the file's types). Any other value runs the\n"
+                                  "comparison on torch in that precision. Either way a batch of drafts can round a near-tie\n"
+                                  "between two tokens otherwise than a one-token step; 'identical' says where it did")
 
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)

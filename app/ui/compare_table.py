@@ -24,7 +24,7 @@ TOOLTIPS = {
     "Acc/step": "Draft tokens accepted per verify step",
     "TTFT": "Time to first token (the prompt pass), mean over the prompts",
     "Peak RSS": "The process's resident memory sampled during the prompts (main model included)",
-    "Identical": "Same tokens as none (always with int4 weights on the CPU; otherwise a near-tie can flip a token)",
+    "Identical": "Same tokens as none (a batch of drafts can round a near-tie between two tokens otherwise)",
     "Δ tok/s": "Change of tok/s since the earlier run",
 }
 _NUMERIC = {"Tokens", "tok/s", "Speedup", "Accept", "Acc/step", "TTFT", "Peak RSS", "Earlier tok/s", "Δ tok/s",

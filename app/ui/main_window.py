@@ -432,7 +432,6 @@ class MainWindow(QMainWindow):
             self.picker.select_draft(str(last.get("drafter", "lookup")), last.get("draft_path"))
             self.picker.main_offload.set_gpu_layers(last.get("main_gpu_layers"))
             self.picker.draft_offload.set_gpu_layers(last.get("draft_gpu_layers"))
-            self.picker.int4_check.setChecked(bool(last.get("int4", True)))
             self.picker.set_backend(str(last.get("backend", "auto")))
 
     def save_settings(self) -> None:

@@ -20,10 +20,10 @@ class OffloadControl(QWidget):
         super().__init__(parent)
         self._info: GGUFInfo | None = None
         self._devices: dict[str, Any] | None = None
-        self._int4 = True  # the pair picker's "keep weights quantized" choice
+        self._backend = "auto"  # the pair picker's backend choice: torch estimates its own dtypes
         # How the loaded model holds its weights (app.worker.engine_calls.weights_facts) and the
-        # "keep quantized" choice it was loaded with: its estimate is the measured plan's.
-        self._loaded: tuple[dict[str, Any], bool] | None = None
+        # backend it was loaded on: its estimate is then the engine's own count.
+        self._loaded: tuple[dict[str, Any], str] | None = None
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self._fade = QGraphicsOpacityEffect(self.slider)
         self.slider.setGraphicsEffect(self._fade)
@@ -79,15 +79,15 @@ class OffloadControl(QWidget):
         """What the loader gets as n_gpu_layers: 0 without a GPU, else the slider's value."""
         return self.slider.value() if self.has_gpu() else 0
 
-    def set_int4(self, keep_quantized: bool) -> None:
-        self._int4 = keep_quantized
+    def set_backend(self, backend: str) -> None:
+        """"auto", "llama.cpp" or "torch": what the estimate before a load is made for."""
+        self._backend = backend
         self._update()
 
-    def set_loaded(self, weights: dict[str, Any] | None, int4_asked: bool = True) -> None:
+    def set_loaded(self, weights: dict[str, Any] | None) -> None:
         """The loaded model's weights (None: nothing loaded): while this control shows that model
-        with the settings it was loaded with, the estimate is of the plan the load measured, int8
-        head included, not of the bf16 guess made before it."""
-        self._loaded = (weights, int4_asked) if weights is not None else None
+        with the backend it was loaded on, the estimate is the engine's count, not a guess."""
+        self._loaded = (weights, self._backend) if weights is not None else None
         self._update()
 
     def set_note(self, text: str) -> None:
@@ -127,14 +127,11 @@ class OffloadControl(QWidget):
     def estimate(self, info: GGUFInfo, gpu_layers: int) -> str:
         """The need in Discover's words (app.hub.fit.memory_need): one model, one estimate."""
         loaded = self._loaded_weights(info, gpu_layers)
-        if loaded is not None:  # the engine's own count (it knows what this CPU keeps in bf16)
-            kind = loaded["dtype"] + (" + int4" if loaded["int4"] else "") + (" + int8 head" if loaded["int8_head"] else "")
-            need = memory_need(info, dtype=loaded["dtype"], on_cpu=not gpu_layers, weights_bytes=loaded["bytes"],
-                               kind=kind)
+        if loaded is not None:  # the engine's own count
+            need = memory_need(info, dtype=loaded["dtype"], weights_bytes=loaded["bytes"],
+                               kind=loaded["dtype"])
         else:
-            devices = self._devices or {}
-            dtype = (devices.get("gpu_dtype") if gpu_layers else devices.get("cpu_dtype")) or "bfloat16"
-            need = memory_need(info, dtype=dtype, on_cpu=not gpu_layers, int4_allowed=self._int4)
+            need = memory_need(info, dtype=self._estimate_dtype(gpu_layers))
         weights = need.weights
         text = f"needs {need.text()}"
         if gpu_layers and info.n_layers:
@@ -146,6 +143,15 @@ class OffloadControl(QWidget):
         """The loaded model's weights when this control shows it as it was loaded, else None."""
         if self._loaded is None:
             return None
-        weights, int4_asked = self._loaded
-        same = weights["path"] == str(info.path) and weights["gpu_layers"] == gpu_layers and int4_asked == self._int4
+        weights, backend = self._loaded
+        same = weights["path"] == str(info.path) and weights["gpu_layers"] == gpu_layers and backend == self._backend
         return weights if same else None
+
+    def _estimate_dtype(self, gpu_layers: int) -> str:
+        """The form a load would hold the weights in: llama.cpp's "gguf" (the file's own types)
+        where it runs, else torch's dtype for the device (float32 on the CPU)."""
+        devices = self._devices or {}
+        if gpu_layers:
+            return devices.get("gpu_dtype") or "bfloat16"
+        cpu = devices.get("cpu_dtype") or "gguf"
+        return "float32" if self._backend == "torch" else cpu

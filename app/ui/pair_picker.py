@@ -16,7 +16,6 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QGroupBox,
     QHBoxLayout,
@@ -75,14 +74,6 @@ class PairPicker(QWidget):
         self.main_combo.currentIndexChanged.connect(self._on_main_changed)
         self.main_facts = _small_label()
         self.main_offload = OffloadControl()
-        self.int4_check = QCheckBox("Allow int4 weights")
-        self.int4_check.setChecked(True)
-        self.int4_check.setToolTip(
-            "On the CPU the plan (float32, bf16, or bf16 with Q4/Q5/Q6/Q8 weights kept as the file "
-            "stores them, on torch's int4 kernel) is measured on this machine when a model is first "
-            "loaded, and the fastest is used: the line below says which and why. Unchecked, the "
-            "int4 plan is never chosen. Either way the reply is the model's own."
-        )
         self.backend_combo = _combo()
         for label, value in BACKEND_LABELS:
             self.backend_combo.addItem(label, value)
@@ -92,11 +83,10 @@ class PairPicker(QWidget):
             "Specula's drafters, schedule and charts work the same on both."
         )
         self.backend_combo.currentIndexChanged.connect(self._on_backend_changed)
-        self.plan_label = _small_label("Plan: measured on this CPU when the model loads.")
+        self.plan_label = _small_label(PLAN_BEFORE_LOAD)
         self.plan_label.setWordWrap(True)
-        self.int4_check.toggled.connect(self._on_int4_toggled)
         # Beside each control whose change needs a reload: what still runs until then.
-        self.int4_note, self.backend_note = _note_label(), _note_label()
+        self.backend_note = _note_label()
 
         self.draft_combo = _combo()
         self.draft_combo.setToolTip(
@@ -128,9 +118,8 @@ class PairPicker(QWidget):
         main_box = QGroupBox("Main model")
         main_layout = QVBoxLayout(main_box)
         for widget in (self.main_combo, self.main_facts, self.main_offload, self.backend_combo, self.backend_note,
-                       self.int4_check, self.int4_note, self.plan_label):
+                       self.plan_label):
             main_layout.addWidget(widget)
-        self.int4_check.setVisible(False)  # a torch CPU setting: shown where torch is chosen
         draft_box = QGroupBox("Draft")
         draft_layout = QVBoxLayout(draft_box)
         for widget in (self.draft_combo, self.draft_facts, self.draft_offload):
@@ -238,12 +227,8 @@ class PairPicker(QWidget):
         self.backend_combo.setCurrentIndex(max(index, 0))
 
     def _on_backend_changed(self, _index: int) -> None:
-        self.int4_check.setVisible(self.backend() == "torch")
-        self.selectionChanged.emit()
-
-    def _on_int4_toggled(self, checked: bool) -> None:
-        self.main_offload.set_int4(checked)
-        self.draft_offload.set_int4(checked)
+        self.main_offload.set_backend(self.backend())
+        self.draft_offload.set_backend(self.backend())
         self.selectionChanged.emit()
 
     def spec(self) -> PairSpec | None:
@@ -257,7 +242,6 @@ class PairPicker(QWidget):
             draft_path=draft_path if kind == MODEL else None,
             main_gpu_layers=self.main_offload.gpu_layers(),
             draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
-            int4=self.int4_check.isChecked(),
             backend=self.backend(),
             ngram_dir=str(data_dir() / NGRAM_FOLDER),  # every drafter's replies teach the cache
         )
@@ -266,7 +250,7 @@ class PairPicker(QWidget):
 
     def set_loading(self, loading: bool) -> None:
         self._loading = loading
-        for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload, self.int4_check,
+        for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload,
                        self.backend_combo, self.load_button):
             widget.setEnabled(not loading)
         self.cancel_button.setEnabled(loading)
@@ -292,11 +276,9 @@ class PairPicker(QWidget):
         self.state_label.setText(loaded_text(facts))
         self.state_label.setToolTip(loaded_text(facts))
         self.plan_label.setText(plan_text(facts))
-        # The measured alternatives, for those who want them (torch's CPU plans).
-        self.plan_label.setToolTip(str(facts.get("main_plan_reason") or ""))
-        int4_asked = spec.int4 if spec is not None else True
-        self.main_offload.set_loaded(facts.get("main_weights"), int4_asked)
-        self.draft_offload.set_loaded(facts.get("draft_weights"), int4_asked)
+        self.plan_label.setToolTip(str(facts.get("backend_reason") or ""))
+        self.main_offload.set_loaded(facts.get("main_weights"))
+        self.draft_offload.set_loaded(facts.get("draft_weights"))
         self._refresh_pending()
 
     def set_failed(self, message: str) -> None:
@@ -307,7 +289,7 @@ class PairPicker(QWidget):
         self.main_offload.set_loaded(None)
         self.draft_offload.set_loaded(None)
         self.state_label.setText(f"<span style='color:#b91c1c'>Not loaded: {_escape(message)}</span>{kept}")
-        self.plan_label.setText("Plan: measured on this CPU when the model loads.")
+        self.plan_label.setText(PLAN_BEFORE_LOAD)
         self._refresh_pending()
 
     def loaded_spec(self) -> PairSpec | None:
@@ -325,13 +307,11 @@ class PairPicker(QWidget):
         same_main = live and chosen.main_path == loaded.main_path
         notes = pending_notes(loaded, chosen) if same_main else {}
         self.backend_note.setText(notes.get("backend", ""))
-        self.int4_note.setText(notes.get("int4", ""))
         self.main_offload.set_note(notes.get("main_gpu", ""))
         self.draft_offload.set_note(notes.get("draft_gpu", ""))
         self.backend_note.setVisible(bool(self.backend_note.text()))
-        self.int4_note.setVisible(bool(self.int4_note.text()) and not self.int4_check.isHidden())
         pending = live and chosen != loaded
-        swap = pending and keeps_main(loaded, self._loaded_facts.get("backend"), chosen)
+        swap = pending and keeps_main(loaded, chosen)
         self.load_button.setText("Apply" if swap else ("Reload" if live and not pending else "Load"))
         self.load_button.setToolTip(
             "Change only the drafter: the main model stays loaded" if swap else
@@ -431,6 +411,7 @@ def main_title(entry: LibraryEntry) -> str:
 
 
 # (label, PairSpec.backend) of the backend choice.
+PLAN_BEFORE_LOAD = "What runs the model, and why, shows here once it is loaded."
 BACKEND_LABELS = (("Backend: auto (llama.cpp where it runs)", "auto"), ("Backend: llama.cpp", "llama.cpp"),
                   ("Backend: torch", "torch"))
 
@@ -443,7 +424,7 @@ def main_facts_text(main: LibraryEntry | None) -> str:
 
 
 def plan_text(facts: dict[str, Any]) -> str:
-    """What the loaded main model runs as and why; never "int4" unless its weights are int4."""
+    """What the loaded main model runs on and why."""
     plan = facts.get("main_plan") or "?"
     reason = facts.get("main_plan_reason")
     if facts.get("backend") == "llama.cpp":  # the plan names the backend: say why it was chosen
@@ -452,10 +433,7 @@ def plan_text(facts: dict[str, Any]) -> str:
         return f"Runs on {plan}{speed}" + (f" — {reason}" if reason and not reason.startswith("llama.cpp on") else "")
     backend = facts.get("backend_reason")
     why = (backend or "").removeprefix("torch: ").removeprefix("torch, ")
-    text = f"Runs on torch ({why}) · {plan}" if backend else f"Plan: {plan}" + (f" — {reason}" if reason else "")
-    if not facts.get("main_int4"):
-        text += " (weights dequantized: no int4)"
-    return text
+    return f"Runs on torch ({why}) · {plan}" if backend else f"Runs on torch · {plan}" + (f" — {reason}" if reason else "")
 
 
 def loaded_text(facts: dict[str, Any]) -> str:
@@ -478,9 +456,6 @@ def pending_notes(loaded: PairSpec, chosen: PairSpec) -> dict[str, str]:
     notes = {}
     if chosen.backend != loaded.backend:
         notes["backend"] = f"Needs Load: the model runs on backend “{loaded.backend}” until then."
-    if chosen.int4 != loaded.int4:
-        notes["int4"] = ("Needs Load: int4 weights are " + ("allowed" if loaded.int4 else "not allowed")
-                         + " in what runs now.")
     if chosen.main_gpu_layers != loaded.main_gpu_layers:
         notes["main_gpu"] = f"Needs Load: {_layers(loaded.main_gpu_layers)} on the GPU in what runs now."
     same_draft = chosen.drafter == MODEL and chosen.draft_path == loaded.draft_path
@@ -502,7 +477,6 @@ def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap
     else:
         notes = pending_notes(loaded, chosen)
         changes += [label for key, label in (("backend", f"backend {chosen.backend}"),
-                                             ("int4", "int4 weights " + ("allowed" if chosen.int4 else "off")),
                                              ("main_gpu", "main model's GPU layers")) if key in notes]
     if (chosen.drafter, chosen.draft_path) != (loaded.drafter, loaded.draft_path):
         changes.append("no drafting" if chosen.drafter == NONE else f"drafting with {drafter(chosen)}")

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from app.worker.requests import MODEL, NONE, GenSettings, PairSpec
+from app.worker.requests import MODEL, GenSettings, PairSpec
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
         # Refuse an incompatible pair before spending time on the main model.
         check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
     main = load_model(
-        spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, int4=spec.int4, cancel=cancel,
-        backend=spec.backend, drafter=_plan_drafter(spec),
+        spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, cancel=cancel,
+        backend=spec.backend,
         progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
     )
     draft = load_draft(spec, progress, cancel, start=main_share) if spec.drafter == MODEL else None
@@ -107,15 +107,10 @@ def load_draft(spec: PairSpec, progress: Progress, cancel: Cancel, start: float 
     from app.engine.loader import load_model
 
     return load_model(
-        spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, int4=spec.int4, cancel=cancel,
+        spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, cancel=cancel,
         backend=spec.backend,
         progress=lambda stage, frac: progress(f"draft model: {stage}", start + frac * (1 - start)),
     )
-
-
-def _plan_drafter(spec: PairSpec) -> str:
-    """The drafter class torch's CPU plan is measured for (llama.cpp's settings ignore it)."""
-    return "draft" if spec.drafter == MODEL else ("none" if spec.drafter == NONE else "lookup")
 
 
 def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
@@ -126,18 +121,14 @@ def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
     return replace(new, drafter=old.drafter, draft_path=old.draft_path, draft_gpu_layers=old.draft_gpu_layers) == old
 
 
-def keeps_main(old: PairSpec | None, backend: str | None, new: PairSpec | None) -> bool:
-    """Whether `new` is had by changing only the drafter of the pair `old` loaded on `backend`
-    (what runs it: "llama.cpp" or "torch"). On torch the CPU plan was measured for a drafter class
-    (plain decoding may pick a plan whose verify is not row-exact), so there the class must stay;
-    llama.cpp runs the main model the same whatever drafts."""
-    if not drafter_only_change(old, new):
-        return False
-    return backend == "llama.cpp" or _plan_drafter(old) == _plan_drafter(new)
+def keeps_main(old: PairSpec | None, new: PairSpec | None) -> bool:
+    """Whether `new` is had by changing only the drafter of the loaded pair `old`: no backend's
+    settings depend on the drafter, so the main model stays as loaded."""
+    return drafter_only_change(old, new)
 
 
 def can_swap_drafter(pair: LoadedPair | None, spec: PairSpec) -> bool:
-    return pair is not None and keeps_main(pair.spec, pair.main.backend, spec)
+    return pair is not None and keeps_main(pair.spec, spec)
 
 
 def swap_drafter(pair: LoadedPair, spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
@@ -182,7 +173,6 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "backend": main.backend,
         "backend_reason": main.backend_reason,
         "main_plain_tps": _plain_tps(main),
-        "main_int4": main.plan.int4,
         "main_weights": main_weights,
         "draft_name": draft.name if draft is not None else None,
         "draft_path": str(draft.path) if draft is not None else None,
@@ -210,7 +200,7 @@ def weights_facts(model: Any) -> dict[str, Any]:
     """How a loaded model (app.engine.loader.LoadedModel) holds its weights, for the offload
     control's estimate (app.ui.offload)."""
     plan = model.plan
-    return {"path": str(model.path), "dtype": plan.dtype_name, "int4": plan.int4, "int8_head": plan.int8_head,
+    return {"path": str(model.path), "dtype": plan.dtype_name,
             "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0, "bytes": model.weights_bytes}
 
 
@@ -236,10 +226,9 @@ def device_facts() -> dict[str, Any]:
     gpu = available_gpu()
     facts: dict[str, Any] = {
         "gpu": gpu, "name": None, "total_bytes": None, "free_bytes": None, "reason": None,
-        # Where llama.cpp runs (auto's choice) it keeps the file's own types ("gguf"); on torch the
-        # CPU plan is measured at load, and estimates are made at bf16, what that plan is for plain
-        # decoding on every CPU measured.
-        "cpu_dtype": "gguf" if llama_cpp_problem() is None else "bfloat16",
+        # Where llama.cpp runs (auto's choice) it keeps the file's own types ("gguf"); torch, the
+        # fallback, dequantizes to float32 on the CPU.
+        "cpu_dtype": "gguf" if llama_cpp_problem() is None else "float32",
         "gpu_dtype": str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None,
     }
     if gpu == "cuda":

@@ -26,8 +26,7 @@ class PairSpec:
     draft_path: str | None = None
     main_gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
-    dtype: str = "auto"  # weights once loaded: auto (bf16 where the device does it well), float32, ...
-    int4: bool = True  # on a bf16 CPU load, keep Q4/Q5/Q6/Q8 weights quantized (app.engine.cpu.quantlinear)
+    dtype: str = "auto"  # torch: weights once loaded: auto (float32 on the CPU, bf16/fp16 on a GPU), ...
     backend: str = "auto"  # what runs the models: auto (llama.cpp where it runs here), llama.cpp, torch
     # The folder of the n-gram caches (one file per main vocabulary), beside the chat history;
     # None: an n-gram cache in memory only.

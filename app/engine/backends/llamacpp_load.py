@@ -32,8 +32,6 @@ class LlamaPlan:
     quant: str | None
     threads: int
     gpu: str | None = None  # "llama.cpp GPU" where layers are offloaded
-    int4: bool = False  # torch's plans' fields, never set here
-    int8_head: bool = False
     dtype_name: str = "gguf"
 
     def describe(self) -> str:
