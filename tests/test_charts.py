@@ -9,7 +9,7 @@ import PySide6
 import pytest
 from PySide6.QtGui import QColor, QImage
 
-from app.engine.events import Origin, StepEvent
+from app.engine.loop.events import Origin, StepEvent
 from app.ui.charts import LiveCharts, _nice_ceiling
 from app.ui.format import relative_time, stats_line
 
@@ -44,10 +44,10 @@ def test_qt_binding_keeps_none_alive(qapp):
 @pytest.fixture(scope="module")
 def generation(tiny_loaded):
     """The events of a real greedy generation with prompt lookup on a tiny GGUF model."""
-    from app.engine.drafters import PromptLookupDrafter
-    from app.engine.events import DoneEvent
-    from app.engine.sampling import SamplingParams
-    from app.engine.speculative import DecodeSettings, generate
+    from app.engine.drafting.drafters import PromptLookupDrafter
+    from app.engine.loop.events import DoneEvent
+    from app.engine.loop.sampling import SamplingParams
+    from app.engine.loop.speculative import DecodeSettings, generate
 
     loaded = tiny_loaded("llama-f32")
     ids = loaded.tokenizer.encode(PROMPT)

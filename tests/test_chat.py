@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.chat import ChatSession, render_prompt
-from app.engine.drafters import PromptLookupDrafter
+from app.engine.loop.chat import ChatSession, render_prompt
+from app.engine.drafting.drafters import PromptLookupDrafter
 from app.engine.errors import ContextFullError
-from app.engine.events import DoneEvent
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings
+from app.engine.loop.events import DoneEvent
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings
 
 SETTINGS = DecodeSettings(max_new_tokens=16, sampling=SamplingParams(temperature=0.0))
 
@@ -96,7 +96,7 @@ def test_special_tokens_typed_by_a_user_are_text(tiny_loaded):
 
 
 def test_guarded_encoding_equals_plain_encoding_where_nothing_is_forged(tiny_loaded):
-    from app.engine.chat import _render_guarded, _special_pattern
+    from app.engine.loop.chat import _render_guarded, _special_pattern
 
     tok = tiny_loaded("qwen2-f32").tokenizer
     messages = [{"role": "system", "content": "  You are terse. "}, {"role": "user", "content": "def f(a):\n  return a"},
@@ -121,8 +121,8 @@ def test_kv_reuse_across_turns_with_a_forged_message(tiny_loaded):
 
 @pytest.mark.demo
 def test_smollm2_user_text_cannot_forge_a_turn(demo_path):
-    from app.engine import fastload
-    from app.engine.gguf_info import read_gguf_info
+    from app.engine.backends import torch_fastload as fastload
+    from app.engine.gguf.info import read_gguf_info
 
     tok = fastload.load_tokenizer(read_gguf_info(demo_path("smollm2-135m")))
     system = {"role": "system", "content": "Be brief."}

@@ -77,7 +77,7 @@ PIECES = ["{{ m.content }}", "{% for m in messages %}", "{% endfor %}", "{% if a
 
 
 def test_fuzzed_templates_render_or_fail_in_one_line(tiny_paths):
-    from app.engine.chat import render_prompt
+    from app.engine.loop.chat import render_prompt
     from app.engine.loader import load_model
 
     tokenizer = load_model(tiny_paths["llama-f32"], device="cpu", dtype="float32").tokenizer  # a copy of our own

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.compat import CompatResult, check_compatibility
-from app.engine.gguf_info import GGUFInfo, read_gguf_info
+from app.engine.drafting.compat import CompatResult, check_compatibility
+from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from tests.header_gguf import make_tokens, write_gguf
 
 N = 256

@@ -16,11 +16,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from app.engine.events import DoneEvent
+from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.loop.events import DoneEvent
 from app.engine.loader import load_model
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 DEVICE = "cuda"
 pytestmark = pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.chat import has_chat_template, render_prompt
-from app.engine.drafters import NoDrafter, PromptLookupDrafter
-from app.engine.events import DoneEvent
+from app.engine.loop.chat import has_chat_template, render_prompt
+from app.engine.drafting.drafters import NoDrafter, PromptLookupDrafter
+from app.engine.loop.events import DoneEvent
 from app.engine.loader import load_model
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 pytestmark = pytest.mark.demo
 

@@ -11,12 +11,12 @@ import inspect
 import pytest
 
 from app.cli.bench_common import PROMPTS
-from app.engine.events import DoneEvent
-from app.engine.fidelity import compare_to_plain
+from app.engine.loop.events import DoneEvent
+from app.engine.loop.fidelity import compare_to_plain
 from app.engine.loader import load_model
-from app.engine.pair import make_drafter
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.drafting.pair import make_drafter
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 pytestmark = pytest.mark.demo
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_info import parse_gguf_header, read_gguf_info
+from app.engine.gguf.info import parse_gguf_header, read_gguf_info
 from tests.header_gguf import make_tokens, small_tensors, write_gguf
 from tests.llama_support import require_llama_cpp
 from tests.test_gguf_hostile import BEYOND, DISAGREE, TYPED, _Gen, _edited, _key, _raw_header, set_scalar

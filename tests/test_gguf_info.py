@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_info import (
+from app.engine.gguf.info import (
     HeaderIncomplete,
     StringArray,
     format_info,

@@ -14,8 +14,8 @@ from huggingface_hub import constants, get_token
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.engine.compat import check_compatibility, check_draft
-from app.engine.gguf_info import format_bytes, read_gguf_info
+from app.engine.drafting.compat import check_compatibility, check_draft
+from app.engine.gguf.info import format_bytes, read_gguf_info
 from app.ui.discover import KEY_ROLE, DiscoverPanel
 from app.worker.hub_tasks import HubCalls
 from tests.test_gui import shot

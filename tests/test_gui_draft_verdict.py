@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from app.engine.compat import check_draft
-from app.engine.gguf_info import read_gguf_info
+from app.engine.drafting.compat import check_draft
+from app.engine.gguf.info import read_gguf_info
 from app.hub.builtin import builtin_path, is_installed
 from app.hub.library import list_local_models
 from app.ui.discover_text import BAD, GOOD, WARN, draft_html

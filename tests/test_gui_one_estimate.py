@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from app.engine.gguf_info import read_gguf_info
+from app.engine.gguf.info import read_gguf_info
 from app.hub.fit import machine_memory, memory_need
 from app.ui.library import FILE, entry_for_file
 from tests.hf_server import REPO_SMALL, fake_hub, hub, hub_files  # noqa: F401 (fixtures)

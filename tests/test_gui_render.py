@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 from PySide6.QtGui import QTextDocument
 
-from app.engine.events import Origin, StepEvent
+from app.engine.loop.events import Origin, StepEvent
 from app.ui.chat_controller import StreamingReply
 from app.ui.conversation import ConversationView
 from app.ui.render import align, rendered_runs

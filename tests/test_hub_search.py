@@ -9,9 +9,9 @@ import time
 import pytest
 from huggingface_hub import constants
 
-from app.engine.compat import check_compatibility
+from app.engine.drafting.compat import check_compatibility
 from app.engine.errors import ModelFileError
-from app.engine.gguf_info import read_gguf_info
+from app.engine.gguf.info import read_gguf_info
 from app.hub.errors import GatedRepoError, HubError, NotFoundError, OfflineError
 from app.hub.fit import GpuMemory, MachineMemory, fits_this_machine, parse_nvidia_smi, ram_available
 from app.hub.library import list_local_models

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from app.engine.events import DoneEvent
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.loop.events import DoneEvent
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 from tests.llama_support import llama_loaded  # noqa: F401 - fixture
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -90,7 +90,7 @@ def test_tokenizer_is_llama_cpps_and_round_trips(llama_loaded):
 
 
 def test_chat_template_renders_with_llama_cpps_tokens(llama_loaded):
-    from app.engine.chat import render_prompt
+    from app.engine.loop.chat import render_prompt
 
     tok = llama_loaded("llama-q8").tokenizer
     ids = render_prompt(tok, [{"role": "user", "content": "hi <|im_end|>"}])
@@ -116,7 +116,7 @@ def test_greedy_identity_on_tiny_models(llama_loaded, drafter):
 
 def test_speculative_sampling_keeps_the_main_distribution(llama_loaded):
     from tests.test_sampling import SAMPLING, always_accept, chi2_pvalue
-    from app.engine.sampling import logits_to_probs, speculative_accept
+    from app.engine.loop.sampling import logits_to_probs, speculative_accept
 
     main = llama_loaded("llama-f32")
     draft = llama_loaded("llama-other")

@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-from app.engine import device as device_module
-from app.engine.device import DevicePlan, apply_plan, resolve_plan
+from app.engine.backends import torch_device as device_module
+from app.engine.backends.torch_device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import (
     DeviceError,
     InsufficientMemoryError,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.engine.drafters import PromptLookupDrafter
+from app.engine.drafting.drafters import PromptLookupDrafter
 
 SOURCE = list(range(10, 30))  # a passage of 20 distinct tokens, copied by the contexts below
 
@@ -56,9 +56,9 @@ def test_lookup_is_confident_only_while_a_copy_runs():
 
 
 def test_combined_confidence_needs_one_confident_matcher_or_every_one_saying_no():
-    from app.engine.drafters import Drafter
-    from app.engine.ngram_cache import NgramCache
-    from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+    from app.engine.drafting.drafters import Drafter
+    from app.engine.drafting.ngram_cache import NgramCache
+    from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 
     copying, chatting = SOURCE + [5] + SOURCE[:10], SOURCE + [5] + SOURCE[:2]
     assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(copying) is True

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.drafters import PromptLookupDrafter
-from app.engine.ngram_cache import DEFAULT_MAX_KEYS, NgramCache, NgramCacheError, vocab_key
-from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+from app.engine.drafting.drafters import PromptLookupDrafter
+from app.engine.drafting.ngram_cache import DEFAULT_MAX_KEYS, NgramCache, NgramCacheError, vocab_key
+from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 
 ROOT = str(Path(__file__).resolve().parents[1])
 TEXT = [5, 6, 7, 8, 9, 10, 11, 12]
@@ -77,7 +77,7 @@ def test_a_miss_costs_almost_nothing():
 def test_saved_cache_survives_a_restart(tmp_path):
     path = tmp_path / "cache" / "abc.ngc"
     # Another process learns and saves (as the window does after a reply), then exits.
-    code = ("from app.engine.ngram_cache import NgramCache; c = NgramCache('abc');"
+    code = ("from app.engine.drafting.ngram_cache import NgramCache; c = NgramCache('abc');"
             f"c.learn({TEXT}); c.learn({TEXT}); c.save({str(path)!r})")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     cache = NgramCache.load(path, "abc")
@@ -116,7 +116,7 @@ def test_a_damaged_file_is_a_warning_and_an_empty_cache(tmp_path, caplog, damage
     else:
         data[4] = 99
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="app.engine.ngram_cache"):
+    with caplog.at_level(logging.WARNING, logger="app.engine.drafting.ngram_cache"):
         loaded = NgramCache.load(path, "k")
     assert len(loaded) == 0
     assert any("damaged" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
@@ -131,7 +131,7 @@ def test_another_vocabularys_file_is_refused_in_one_line(tmp_path):
 
 
 def test_vocab_key_names_the_vocabulary(tiny_loaded):
-    from app.engine.pair import main_vocab_key
+    from app.engine.drafting.pair import main_vocab_key
 
     a1, a2, b = (main_vocab_key(tiny_loaded(n)) for n in ("llama-f32", "qwen2-q8", "llama-b"))
     assert a1 == a2 != b and len(a1) == 32

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from app.engine.ngram_cache import NgramCache
+from app.engine.drafting.ngram_cache import NgramCache
 
 
 def test_readers_racing_learners_never_fail():
@@ -66,7 +66,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from app.engine.ngram_cache import _HEADER, MAGIC, VERSION  # noqa: E402
+from app.engine.drafting.ngram_cache import _HEADER, MAGIC, VERSION  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def write_cache_file(path: Path, raw: bytes, n_keys: int, key: str = "k") -> Pat
 
 
 def load_quietly(path: Path, caplog, **kwargs) -> NgramCache:
-    with caplog.at_level(logging.WARNING, logger="app.engine.ngram_cache"):
+    with caplog.at_level(logging.WARNING, logger="app.engine.drafting.ngram_cache"):
         return NgramCache.load(path, "k", **kwargs)
 
 
@@ -143,9 +143,9 @@ def test_counts_that_would_overflow_the_file_are_refused(tmp_path, caplog):
 SPECIAL_LOADS = """
 import json, logging, os, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from app.engine.ngram_cache import NgramCache
+from app.engine.drafting.ngram_cache import NgramCache
 warnings = []
-logging.getLogger("app.engine.ngram_cache").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: warnings.append(r.getMessage())})())
+logging.getLogger("app.engine.drafting.ngram_cache").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: warnings.append(r.getMessage())})())
 sizes = [len(NgramCache.load(p, "k")) for p in sys.argv[1:]]
 print(json.dumps([sizes, warnings]))
 """
@@ -165,7 +165,7 @@ def test_paths_that_are_not_regular_files_are_refused_at_once(tmp_path):
 
 
 def test_saving_over_a_path_that_is_not_a_regular_file_is_refused_in_one_line(tmp_path):
-    from app.engine.ngram_cache import NgramCacheError
+    from app.engine.drafting.ngram_cache import NgramCacheError
 
     cache = NgramCache("k")
     cache.learn([1, 2, 3])
@@ -227,7 +227,7 @@ def test_fuzzed_cache_files_load_as_a_cache_or_an_empty_one(tmp_path, caplog):
 def test_a_cache_file_drafting_ids_past_the_vocabulary_does_not_fail_the_run(tiny_paths, tiny_loaded, tmp_path):
     """`specula run -lcd FILE` with a cache whose follower is past the vocabulary: before, an
     IndexError traceback at the first draft; now a warning and an empty cache."""
-    from app.engine.pair import main_vocab_key
+    from app.engine.drafting.pair import main_vocab_key
     from tests.tiny_gguf import VOCAB_SIZE
 
     main = tiny_loaded("llama-f32")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.device import DevicePlan, apply_plan
-from app.engine.drafters import NoDrafter
-from app.engine.events import DoneEvent
+from app.engine.backends.torch_device import DevicePlan, apply_plan
+from app.engine.drafting.drafters import NoDrafter
+from app.engine.loop.events import DoneEvent
 from app.engine.loader import load_model
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 
 def test_split_model_computes_the_same(tiny_paths):

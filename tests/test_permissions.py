@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.atomic import private_dir
-from app.engine.ngram_cache import NgramCache
+from app.engine.drafting.ngram_cache import NgramCache
 from app.history import HistoryStore
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.drafters import ModelDrafter, PromptLookupDrafter
+from app.engine.drafting.drafters import ModelDrafter, PromptLookupDrafter
 from app.engine.errors import SpeculaError
-from app.engine.events import DoneEvent
-from app.engine.ngram_cache import NgramCache
-from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
-from app.engine.sampling import (
+from app.engine.loop.events import DoneEvent
+from app.engine.drafting.ngram_cache import NgramCache
+from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+from app.engine.loop.sampling import (
     RowProbs,
     SamplingParams,
     check_sampling,
@@ -19,7 +19,7 @@ from app.engine.sampling import (
     sample,
     speculative_accept,
 )
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.loop.speculative import DecodeSettings, generate
 
 
 def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, expected_tokens
+from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, expected_tokens
 
 # Step curves measured on the torch int4 kernel (now retired), which computed rows in blocks:
 # between its points a step costs what the later point does. Kept as the schedule's hardest case.
@@ -267,7 +267,7 @@ def test_verifies_dearer_than_the_curve_stop_drafting_that_pays_only_on_the_curv
 
 
 def test_a_declined_drafter_is_said_in_one_line_with_the_reason():
-    from app.engine.schedule import AdaptiveDraftLength
+    from app.engine.loop.schedule import AdaptiveDraftLength
 
     costly = AdaptiveDraftLength(16, verify_cost=lambda n: 0.01 * n)  # every drafted token costs a step
     for _ in range(20):  # drafts asked for, one-token probes, all rejected

@@ -17,7 +17,7 @@ import torch
 from app.server.errors import ApiError
 from app.server.model import ServedModel
 from app.server.params import parse_chat, parse_completion, parse_json
-from app.engine.sampling import logits_to_probs
+from app.engine.loop.sampling import logits_to_probs
 from tests.test_server import DEFAULTS, MODEL, server  # noqa: F401  (the module's own server)
 
 SEED = 16

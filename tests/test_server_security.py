@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.engine.drafters import Drafter, PromptLookupDrafter
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings
+from app.engine.drafting.drafters import Drafter, PromptLookupDrafter
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings
 from app.server.app import ServerConfig, create_app
 from app.server.launch import BackgroundServer, bind_socket
 from app.server.model import ServedModel, cache_in_step

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from app.engine.events import DoneEvent, Origin, StepEvent, StopReason
-from app.engine.ngram_cache import NgramCache
-from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.loop.events import DoneEvent, Origin, StepEvent, StopReason
+from app.engine.drafting.ngram_cache import NgramCache
+from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",

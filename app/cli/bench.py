@@ -25,11 +25,11 @@ from app.cli.bench_common import PROMPTS, engine_facts, prompt_ids, timed_reply
 from app.cli.run import load_drafter, load_main
 from app.cli.spec_args import spec_choice
 from app.engine.backends import LLAMA_CPP
-from app.engine.fidelity import NEAR_TIE, compare_to_plain
+from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
-from app.engine.pair import LOOKUP, NONE, make_drafter
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings
+from app.engine.drafting.pair import LOOKUP, NONE, make_drafter
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
 
@@ -47,7 +47,7 @@ class BenchRow:
     accept_rate: float | None
     mean_accepted: float | None
     identical: bool
-    # Where a row of ours left plain decoding: "tie@12" at a near-tie (app.engine.fidelity), else None.
+    # Where a row of ours left plain decoding: "tie@12" at a near-tie (app.engine.loop.fidelity), else None.
     divergence: str | None = None
 
 

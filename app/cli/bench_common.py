@@ -17,15 +17,15 @@ PROMPTS = {("code-rewrite" if p.category == "code" else p.category): p.text for 
 def prompt_ids(main: Any, text: str) -> list[int]:
     """A prompt as the window's chat renders it; a base model without a template gets the
     fallback "User: ... Assistant:" framing, as in chat. main: a LoadedModel."""
-    from app.engine.chat import render_prompt
+    from app.engine.loop.chat import render_prompt
 
     return render_prompt(main.tokenizer, [{"role": "user", "content": text}])
 
 
 def timed_reply(main: Any, drafter: Any, ids: list[int], settings: Any) -> tuple[list[int], float, Any]:
     """(tokens, wall seconds, RunSummary) of one reply on a fresh KV cache of `main`."""
-    from app.engine.events import DoneEvent
-    from app.engine.speculative import generate
+    from app.engine.loop.events import DoneEvent
+    from app.engine.loop.speculative import generate
 
     kv = main.kv_model()
     started = time.monotonic()

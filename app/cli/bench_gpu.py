@@ -35,14 +35,14 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.initialization import no_init_weights
 
-from app.engine.detok import IncrementalDetokenizer
-from app.engine.device import DTYPES
-from app.engine.drafters import Drafter, ModelDrafter
+from app.engine.loop.detok import IncrementalDetokenizer
+from app.engine.backends.torch_device import DTYPES
+from app.engine.drafting.drafters import Drafter, ModelDrafter
 from app.engine.errors import DeviceError, SpeculaError
-from app.engine.events import DoneEvent, RunSummary
-from app.engine.kvmodel import KVModel
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.loop.events import DoneEvent, RunSummary
+from app.engine.backends.torch_kv import KVModel
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ settings given (-t, -fa, --no-repack), and what plain decoding costs with them.
 
 A verify feeds several positions as one batch; plain decoding feeds them one by one. Where the two
 give bit-identical rows, greedy drafting is exactly plain decoding; where they differ only in the
-last bits, replies can part at near-ties (app.engine.fidelity). The prefixes are random positions
+last bits, replies can part at near-ties (app.engine.loop.fidelity). The prefixes are random positions
 of a fixed text, so the counts compare settings and machines, not models' quality.
 """
 
@@ -39,7 +39,7 @@ def cmd_bench_rows(args: argparse.Namespace) -> int:
 
     from app.engine.backends.llamacpp import LlamaWeights
     from app.engine.backends.llamacpp_tokenizer import LlamaTokenizer
-    from app.engine.gguf_info import read_gguf_info
+    from app.engine.gguf.info import read_gguf_info
 
     path = resolve_model_arg(args.model)
     info = read_gguf_info(path)  # our header checks before llama.cpp reads the file

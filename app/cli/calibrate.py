@@ -20,7 +20,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """llama.cpp's step costs (the draft-length schedule's prior) where it runs the model. The
     torch backend has nothing to calibrate: it runs as asked and its schedule measures as it goes."""
     from app.engine.backends.choose import choose_backend
-    from app.engine.gguf_info import read_gguf_info
+    from app.engine.gguf.info import read_gguf_info
 
     path = resolve_model_arg(args.model)
     read_gguf_info(path)  # a bad file is one line at once, before any backend is asked

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.gguf_info import format_bytes
+from app.engine.gguf.info import format_bytes
 
 if TYPE_CHECKING:
     from app.hub.progress import DownloadProgress
@@ -116,15 +116,15 @@ def cmd_files(args: argparse.Namespace) -> int:
 
 
 def _local_info(value: str):
-    from app.engine.gguf_info import read_gguf_info
+    from app.engine.gguf.info import read_gguf_info
     from app.hub.builtin import resolve_model_arg
 
     return read_gguf_info(resolve_model_arg(value))
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from app.engine.compat import check_draft
-    from app.engine.gguf_info import format_info
+    from app.engine.drafting.compat import check_draft
+    from app.engine.gguf.info import format_info
     from app.hub.search import fetch_remote_header, fits_this_machine
 
     header = fetch_remote_header(args.repo, args.file)

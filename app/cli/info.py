@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from app.engine.compat import check_draft
-from app.engine.gguf_info import format_info, read_gguf_info
+from app.engine.drafting.compat import check_draft
+from app.engine.gguf.info import format_info, read_gguf_info
 from app.hub.builtin import resolve_model_arg
 
 

@@ -15,9 +15,9 @@ from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 # The engine (torch, transformers) is imported inside the commands that run a model, so that
 # `specula --help`, `inspect` and `check-pair` start in a fraction of a second.
 if TYPE_CHECKING:
-    from app.engine.events import RunSummary, StepEvent
+    from app.engine.loop.events import RunSummary, StepEvent
     from app.engine.loader import LoadedModel
-    from app.engine.speculative import DecodeSettings
+    from app.engine.loop.speculative import DecodeSettings
 
 DRAFT_COLOUR = "\033[32m"  # accepted draft tokens in green, as llama-speculative shows them
 RESET = "\033[0m"
@@ -55,7 +55,7 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
-    from app.engine.speculative import make_settings
+    from app.engine.loop.speculative import make_settings
 
     for name in ("n_predict", "draft_max"):
         if getattr(args, name, 1) < 1:
@@ -73,9 +73,9 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
     """The main model, after the drafting flags are checked together (one line, exit 2) and its
     header and the -md draft's agree (IncompatibleDraftError, exit 3, in a fraction of a second
     instead of after the main model's load)."""
-    from app.engine.gguf_info import read_gguf_info
+    from app.engine.gguf.info import read_gguf_info
     from app.engine.loader import load_model
-    from app.engine.pair import check_pair
+    from app.engine.drafting.pair import check_pair
 
     path = resolve_model_arg(args.model)
     draft = spec_choice(args).draft_model
@@ -93,8 +93,8 @@ def plan_line(model: LoadedModel) -> str:
 def load_drafter(args: argparse.Namespace, main: LoadedModel):
     """The drafter the flags ask for: n-gram drafters (-lcd's cache read from its file), a
     draft model, or both combined."""
-    from app.engine.ngram_cache import NgramCache
-    from app.engine.pair import ModParams, load_draft, main_vocab_key, make_drafter
+    from app.engine.drafting.ngram_cache import NgramCache
+    from app.engine.drafting.pair import ModParams, load_draft, main_vocab_key, make_drafter
 
     spec = spec_choice(args)
     draft = None
@@ -111,7 +111,7 @@ def load_drafter(args: argparse.Namespace, main: LoadedModel):
 
 def save_learned(args: argparse.Namespace, drafter) -> None:
     """Write what the n-gram cache learned back to -lcd's file."""
-    from app.engine.ngram_drafters import learned_cache
+    from app.engine.drafting.ngram_drafters import learned_cache
 
     cache, path = learned_cache(drafter), spec_choice(args).cache_file
     if cache is not None and path and cache.dirty:
@@ -119,7 +119,7 @@ def save_learned(args: argparse.Namespace, drafter) -> None:
 
 
 def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[int]:
-    from app.engine.chat import render_prompt
+    from app.engine.loop.chat import render_prompt
 
     if args.chat:
         messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
@@ -128,7 +128,7 @@ def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[i
 
 
 def stream(events, color: bool, out=None) -> RunSummary:
-    from app.engine.events import DoneEvent, StepEvent
+    from app.engine.loop.events import DoneEvent, StepEvent
 
     out = out or sys.stdout  # looked up at call time: tests swap sys.stdout
 
@@ -174,7 +174,7 @@ def json_result(summary: RunSummary) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from app.engine.speculative import generate
+    from app.engine.loop.speculative import generate
 
     settings = settings_from_args(args)
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
@@ -192,11 +192,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from app.engine.chat import render_prompt
+    from app.engine.loop.chat import render_prompt
     from app.engine.loader import load_model
-    from app.engine.pair import LOOKUP, make_drafter
-    from app.engine.sampling import SamplingParams
-    from app.engine.speculative import DecodeSettings, generate
+    from app.engine.drafting.pair import LOOKUP, make_drafter
+    from app.engine.loop.sampling import SamplingParams
+    from app.engine.loop.speculative import DecodeSettings, generate
 
     main = load_model(resolve_model_arg(args.model))
     print(f"# {main.name} on {main.plan.describe()}, prompt lookup drafting, greedy", file=sys.stderr)

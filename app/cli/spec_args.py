@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import astuple, dataclass
 
-from app.engine.drafter_kinds import NGRAM_KINDS, ModParams
+from app.engine.drafting.kinds import NGRAM_KINDS, ModParams
 from app.engine.errors import SpeculaError
-from app.engine.ngram_cache import not_a_cache_file
+from app.engine.drafting.ngram_cache import not_a_cache_file
 
 IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache")
 # llama.cpp's other types: named, so that asking for one is "not implemented", not "unknown".
 NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v")
-# --spec-type name -> the engine's drafter kind (app.engine.pair)
+# --spec-type name -> the engine's drafter kind (app.engine.drafting.pair)
 ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
 MOD_DEFAULTS = astuple(ModParams())  # the engine's own (n-match, n-min, n-max)
 
@@ -79,7 +79,7 @@ def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
 class SpecChoice:
     """What drafts, from the flags: the engine's n-gram kind and/or a draft model."""
 
-    ngram: str = "none"  # app.engine.pair kind: "none", "lookup", "lookup+ngram-cache", ...
+    ngram: str = "none"  # app.engine.drafting.pair kind: "none", "lookup", "lookup+ngram-cache", ...
     draft_model: str | None = None
     cache_file: str | None = None
     mod: tuple[int, int, int] = MOD_DEFAULTS

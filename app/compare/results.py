@@ -22,7 +22,7 @@ FORMAT = "specula-compare"
 VERSION = 1
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # drafter kinds
 # n-gram drafters, also joined by "+" into one combined drafter ("lookup+ngram-cache"): the
-# engine's kinds (app.engine.pair), named here without importing it.
+# engine's kinds (app.engine.drafting.pair), named here without importing it.
 NGRAM_PARTS = ("ngram-mod", LOOKUP, "ngram-cache")
 
 

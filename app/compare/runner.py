@@ -29,14 +29,14 @@ from app.compare.results import (
     CANCELLED, COMPLETE, FAILED, MODEL, NONE, CompareRequest, CompareRun, ConfigSpec, MainFacts,
     Progress, PromptResult, save_run,
 )
-from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
+from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
-from app.engine.events import DoneEvent, StepEvent, StopReason
-from app.engine.gguf_info import read_gguf_info
+from app.engine.loop.events import DoneEvent, StepEvent, StopReason
+from app.engine.gguf.info import read_gguf_info
 from app.engine.loader import LoadedModel, load_model
-from app.engine.pair import check_pair, load_draft, make_drafter, open_cache
-from app.engine.sampling import SamplingParams
-from app.engine.speculative import DecodeSettings, generate
+from app.engine.drafting.pair import check_pair, load_draft, make_drafter, open_cache
+from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.speculative import DecodeSettings, generate
 
 log = logging.getLogger(__name__)
 

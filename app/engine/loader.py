@@ -1,6 +1,6 @@
 """GGUF file -> a model behind the seam (app.engine.seam), on the backend chosen for it.
 
-The header is read and checked by our own reader first (app.engine.gguf_info: a whole GGUF whose
+The header is read and checked by our own reader first (app.engine.gguf.info: a whole GGUF whose
 header agrees with its tensors), whatever runs the file: llama.cpp's GGUF reader has had
 memory-safety bugs. Then app.engine.backends.choose picks llama.cpp (where it imports, passed its
 self-test on this CPU and runs the device asked for) or torch, and the file loads there; with
@@ -22,7 +22,7 @@ from app.engine.backends import AUTO, LLAMA_CPP, TORCH, llamacpp_load
 from app.engine.backends.choose import choose_backend
 from app.engine.backends.llamacpp import LlamaSettings
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
-from app.engine.gguf_info import GGUFInfo, read_gguf_info
+from app.engine.gguf.info import GGUFInfo, read_gguf_info
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class LoadedModel:
     info: GGUFInfo
     model: Any  # torch: the transformers model; llama.cpp: a LlamaWeights
     tokenizer: Any  # torch: transformers' tokenizer; llama.cpp: a LlamaTokenizer (the same calls)
-    plan: Any  # torch: app.engine.device.DevicePlan; llama.cpp: llamacpp_load.LlamaPlan
+    plan: Any  # torch: app.engine.backends.torch_device.DevicePlan; llama.cpp: llamacpp_load.LlamaPlan
     load_s: float
     rope_fix: str | None = None
     backend: str = TORCH
@@ -67,7 +67,7 @@ class LoadedModel:
         model's context length (llama.cpp: its own default, 4096, where the model allows it)."""
         if self.backend == LLAMA_CPP:
             return llamacpp_load.new_context(self.model, self.info, n_ctx)
-        from app.engine.kvmodel import KVModel
+        from app.engine.backends.torch_kv import KVModel
 
         return KVModel(self.model, n_ctx or self.info.context_length or None)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.compat import DraftCheck
-from app.engine.gguf_info import GGUFInfo
+from app.engine.drafting.compat import DraftCheck
+from app.engine.gguf.info import GGUFInfo
 from app.hub.identity import same_header_weights, same_weights
 
 PAYS, NO_GAIN, FAILS = "pays", "no-gain", "fails"

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.compat import TEXT_LEVEL, TOKEN_LEVEL, DraftCheck, check_draft
+from app.engine.drafting.compat import TEXT_LEVEL, TOKEN_LEVEL, DraftCheck, check_draft
 from app.engine.errors import SpeculaError
-from app.engine.gguf_info import GGUFInfo
+from app.engine.gguf.info import GGUFInfo
 from app.hub.draft_verdict import MAX_RATIO  # a draft with more than half the main's parameters saves too little
 from app.hub.errors import OfflineError
 from app.hub.library import LocalModel, list_local_models

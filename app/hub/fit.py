@@ -3,7 +3,7 @@
 The estimate is the engine's (app.engine.loader.check_memory): transformers dequantizes every
 tensor, so the weights take n_params x the dtype's size whatever the file's quantization, plus
 one float32 tensor in flight while loading, plus the KV cache for the context. The dtype is the one
-the engine would pick (app.engine.device.auto_dtype). Both engine helpers import torch at module
+the engine would pick (app.engine.backends.torch_device.auto_dtype). Both engine helpers import torch at module
 level, and `specula hub` must start without it, so the few machine facts they use are read here
 the same way: SPECULA_MEMORY_LIMIT or /proc/meminfo for RAM, the CPU's bf16 flags, and the GPU's
 free memory from torch when it is already imported, else from nvidia-smi.
@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.engine.machine import memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)

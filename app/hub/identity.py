@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.engine.gguf_info import GGUFInfo
+from app.engine.gguf.info import GGUFInfo
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from huggingface_hub import scan_cache_dir
 from huggingface_hub.errors import CacheNotFound
 
 from app.engine.errors import SpeculaError
-from app.engine.gguf_info import GGUFInfo, read_gguf_info
+from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.hub import builtin
 from app.hub.disk import hub_cache_dir
 from app.hub.errors import HubError

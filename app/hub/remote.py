@@ -21,7 +21,7 @@ from huggingface_hub.utils import (HFValidationError, build_hf_headers, get_sess
                                    validate_repo_id)
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_info import GGUFInfo, HeaderIncomplete, parse_gguf_header
+from app.engine.gguf.info import GGUFInfo, HeaderIncomplete, parse_gguf_header
 from app.hub.errors import HubError, check_online, endpoint, hub_call
 
 log = logging.getLogger(__name__)

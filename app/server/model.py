@@ -15,13 +15,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from app.engine.chat import FALLBACK_STOPS, has_chat_template, render_prompt
-from app.engine.drafters import Drafter, NoDrafter
+from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
+from app.engine.drafting.drafters import Drafter, NoDrafter
 from app.engine.errors import ChatTemplateError
-from app.engine.events import GenerationEvent
+from app.engine.loop.events import GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
-from app.engine.speculative import CancelCheck, DecodeSettings, generate
+from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 

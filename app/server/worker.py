@@ -25,8 +25,8 @@ import time
 from typing import AsyncIterator
 
 from app.engine.errors import ContextFullError, SpeculaError
-from app.engine.events import DoneEvent, RunSummary, StepEvent, StopReason
-from app.engine.speculative import DecodeSettings
+from app.engine.loop.events import DoneEvent, RunSummary, StepEvent, StopReason
+from app.engine.loop.speculative import DecodeSettings
 from app.server.errors import ApiError, context_exceeded, internal_error, server_busy, shutting_down
 from app.server.model import ServedModel
 from app.server.stats import ServerStats

@@ -1,6 +1,6 @@
 """Live charts of one reply (pyqtgraph): tokens/s, acceptance rate, acceptance by draft position.
 
-Fed with app.engine.events.StepEvent as the reply streams. `add_step` only appends to bounded
+Fed with app.engine.loop.events.StepEvent as the reply streams. `add_step` only appends to bounded
 buffers and marks the charts dirty; a single-shot QTimer redraws at most `redraw_hz` times a
 second, and only when something changed, so a fast model never makes the window draw per token.
 
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 
 from app.engine.atomic import write_atomic
 from app.engine.errors import SpeculaError
-from app.engine.events import StepEvent
+from app.engine.loop.events import StepEvent
 from app.ui.format import stats_line
 
 __all__ = ["LiveCharts", "stats_line"]  # stats_line: the line under a reply, re-exported here

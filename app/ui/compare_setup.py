@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 from app.compare.choices import parse_lengths
 from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_prompts, own_prompt, read_prompt_file
 from app.compare.results import LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress, RunSettings
-from app.engine.compat import check_draft
+from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.library import LibraryEntry

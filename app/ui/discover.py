@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.ui import discover_text as text
 from app.ui.discover_widgets import DownloadStrip, TokenPrompt
 from app.ui.style import small_muted_label

@@ -10,13 +10,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.hub.draft_verdict import FAILS, NO_GAIN, PAYS, draft_verdict
 from app.ui.format import relative_time
 from app.ui.library import count_text, fact_parts
 
 if TYPE_CHECKING:  # types only: the hub modules load on the worker threads (see hub_tasks)
-    from app.engine.compat import DraftCheck
+    from app.engine.drafting.compat import DraftCheck
     from app.hub.progress import DownloadProgress
     from app.hub.repos import GGUFModelFile, RepoResult
     from app.worker.hub_tasks import FileFacts, RepoFiles

@@ -5,7 +5,7 @@ the same file drafts for itself: it accepts everything and costs as much, so it 
 
 from __future__ import annotations
 
-from app.engine.compat import TOKEN_LEVEL, DraftCheck
+from app.engine.drafting.compat import TOKEN_LEVEL, DraftCheck
 from app.hub.identity import same_weights
 from app.ui.library import LibraryEntry
 

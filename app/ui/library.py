@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from app.engine.errors import SpeculaError
-from app.engine.gguf_info import GGUFInfo, format_bytes, read_gguf_info
+from app.engine.gguf.info import GGUFInfo, format_bytes, read_gguf_info
 from app.hub.library import LocalModel, list_local_models
 
 log = logging.getLogger(__name__)

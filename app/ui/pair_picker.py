@@ -2,7 +2,7 @@
 from the user's chats (alone or with prompt lookup) or none; GPU offload for each; Load with
 progress and Cancel.
 
-How a model can draft is decided on GGUF headers (app.engine.compat.check_draft) before anything
+How a model can draft is decided on GGUF headers (app.engine.drafting.compat.check_draft) before anything
 is loaded: the main model's vocabulary drafts token by token (llama.cpp's rules); another
 vocabulary drafts through text, marked "text-level"; a model neither way can use stays in the
 list, greyed, with the reason.
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.compat import DraftCheck, check_draft
+from app.engine.drafting.compat import DraftCheck, check_draft
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.library import LibraryEntry
 from app.ui.offload import OffloadControl
@@ -437,7 +437,7 @@ def plan_text(facts: dict[str, Any]) -> str:
 
 
 def loaded_text(facts: dict[str, Any]) -> str:
-    from app.engine.gguf_info import format_bytes
+    from app.engine.gguf.info import format_bytes
 
     draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
     if facts.get("ngram_entries") is not None and facts.get("drafter") in (NGRAM_CACHE, LOOKUP_CACHE):

@@ -24,12 +24,12 @@ class LoadedPair:
     """A loaded main model, its KV cache (kept across turns) and its drafter."""
 
     main: Any  # app.engine.loader.LoadedModel
-    kv: Any  # app.engine.kvmodel.KVModel
-    drafter: Any  # app.engine.drafters.Drafter
+    kv: Any  # app.engine.backends.torch_kv.KVModel
+    drafter: Any  # app.engine.drafting.drafters.Drafter
     spec: PairSpec
     draft: Any = None  # LoadedModel of the draft model, when there is one
     facts: dict[str, Any] = field(default_factory=dict)
-    ngram_cache: Any = None  # app.engine.ngram_cache.NgramCache: every finished reply teaches it
+    ngram_cache: Any = None  # app.engine.drafting.ngram_cache.NgramCache: every finished reply teaches it
 
     def reset_state(self) -> None:
         """After a failed generation the caches may hold anything: start them afresh (the
@@ -42,7 +42,7 @@ class LoadedPair:
         cache stays in memory and is written after the next reply)."""
         if self.ngram_cache is None or not self.ngram_cache.dirty or not self.spec.ngram_dir:
             return
-        from app.engine.pair import cache_path
+        from app.engine.drafting.pair import cache_path
 
         path = cache_path(self.spec.ngram_dir, self.ngram_cache.key)  # the file open_cache read
         try:
@@ -54,8 +54,8 @@ class LoadedPair:
 def make_drafter(main, spec: PairSpec, draft=None, cache=None):
     """The engine's drafter for the window's choice; `cache`: the pair's n-gram cache, which
     learns from every finished reply whatever drafts (it is warm the day it is chosen)."""
-    from app.engine.ngram_drafters import learning_into
-    from app.engine.pair import make_drafter as engine_make_drafter
+    from app.engine.drafting.ngram_drafters import learning_into
+    from app.engine.drafting.pair import make_drafter as engine_make_drafter
 
     if spec.drafter == MODEL:
         return learning_into(engine_make_drafter(main, draft=draft), cache)
@@ -67,8 +67,8 @@ def open_ngram_cache(main, spec: PairSpec):
     drafter), or None when nothing learns."""
     if not spec.learns and not spec.ngram_dir:
         return None
-    from app.engine.ngram_cache import NgramCacheError
-    from app.engine.pair import open_cache
+    from app.engine.drafting.ngram_cache import NgramCacheError
+    from app.engine.drafting.pair import open_cache
 
     try:
         return open_cache(main, spec.ngram_dir)
@@ -80,9 +80,9 @@ def open_ngram_cache(main, spec: PairSpec):
 def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
     """Load the main model (and the draft model, checked against it first). Progress fractions
     cover the whole pair: the main model takes most of the bar when there is a draft model."""
-    from app.engine.gguf_info import read_gguf_info
+    from app.engine.gguf.info import read_gguf_info
     from app.engine.loader import load_model
-    from app.engine.pair import check_pair
+    from app.engine.drafting.pair import check_pair
 
     main_share = 0.8 if spec.drafter == MODEL else 1.0
     if spec.drafter == MODEL:
@@ -135,7 +135,7 @@ def swap_drafter(pair: LoadedPair, spec: PairSpec, progress: Progress, cancel: C
     """The loaded main model and its KV cache with `spec`'s drafter: only a new draft model is
     loaded (none for lookup, the n-gram cache or plain decoding, which are instant). `pair` is
     left as it was, so a failed or cancelled draft load keeps it running."""
-    from app.engine.pair import check_pair
+    from app.engine.drafting.pair import check_pair
 
     started = time.monotonic()
     draft = None
@@ -145,7 +145,7 @@ def swap_drafter(pair: LoadedPair, spec: PairSpec, progress: Progress, cancel: C
         if same:
             draft = pair.draft
         else:
-            from app.engine.gguf_info import read_gguf_info
+            from app.engine.gguf.info import read_gguf_info
 
             check_pair(pair.main.info, read_gguf_info(spec.draft_path))
             draft = load_draft(spec, progress, cancel)
@@ -206,7 +206,7 @@ def weights_facts(model: Any) -> dict[str, Any]:
 
 def decode_settings(settings: GenSettings):
     """GenSettings -> the engine's DecodeSettings, refusing values the engine cannot use."""
-    from app.engine.speculative import make_settings
+    from app.engine.loop.speculative import make_settings
 
     return make_settings(
         max_new_tokens=settings.max_tokens, temperature=settings.temperature, top_k=settings.top_k,
@@ -219,7 +219,7 @@ def device_facts() -> dict[str, Any]:
     """Is there a GPU torch can use, its name and memory, and the dtype each device loads in."""
     import torch
 
-    from app.engine.device import auto_dtype, available_gpu
+    from app.engine.backends.torch_device import auto_dtype, available_gpu
 
     from app.engine.backends.choose import llama_cpp_problem
 

@@ -42,7 +42,7 @@ class ModelHost(QObject):
     loaded = Signal(dict)  # engine_calls.pair_facts()
     loadFailed = Signal(str)  # one line; also "loading cancelled"
     unloaded = Signal()
-    step = Signal(object)  # app.engine.events.StepEvent (frozen dataclass)
+    step = Signal(object)  # app.engine.loop.events.StepEvent (frozen dataclass)
     finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
 
     _probeRequested = Signal()
@@ -145,9 +145,9 @@ class ModelHost(QObject):
 
     @Slot(object, object)
     def _generate(self, request: ChatRequest, cancel: threading.Event) -> None:
-        from app.engine.chat import ChatSession
+        from app.engine.loop.chat import ChatSession
         from app.engine.errors import SpeculaError
-        from app.engine.events import DoneEvent
+        from app.engine.loop.events import DoneEvent
         from app.worker.engine_calls import decode_settings
 
         summary: dict[str, Any] | None = None

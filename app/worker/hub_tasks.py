@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 if TYPE_CHECKING:
-    from app.engine.compat import DraftCheck
-    from app.engine.gguf_info import GGUFInfo
+    from app.engine.drafting.compat import DraftCheck
+    from app.engine.gguf.info import GGUFInfo
     from app.hub.fit import FitResult, MachineMemory
     from app.hub.repos import GGUFModelFile
 
@@ -135,7 +135,7 @@ def local_copies(listing: RepoFiles) -> RepoFiles:
 
 def read_file_facts(repo_id: str, filename: str, main: GGUFInfo | None,
                     machine: MachineMemory | None) -> FileFacts:
-    from app.engine.compat import check_draft as check_pair
+    from app.engine.drafting.compat import check_draft as check_pair
     from app.hub.fit import fits_this_machine, machine_memory
     from app.hub.search import fetch_remote_header
 
@@ -156,7 +156,7 @@ def builtin_twin(info: GGUFInfo) -> str | None:
 
 
 def check_draft(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
-    from app.engine.compat import check_draft as check_pair
+    from app.engine.drafting.compat import check_draft as check_pair
 
     return check_pair(main, draft)
 

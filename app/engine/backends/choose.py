@@ -80,6 +80,6 @@ def _fallback(reason: str) -> BackendChoice:
 
 
 def _torch_gpu() -> str | None:
-    from app.engine.device import available_gpu
+    from app.engine.backends.torch_device import available_gpu
 
     return available_gpu()

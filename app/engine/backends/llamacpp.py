@@ -123,7 +123,7 @@ class LlamaWeights:
 
 
 class LlamaKV:
-    """A llama_context: one KV cache and the token ids it holds (`ids`), as app.engine.kvmodel's
+    """A llama_context: one KV cache and the token ids it holds (`ids`), as app.engine.backends.torch_kv's
     KVModel, which the loop and the drafters also take."""
 
     def __init__(self, weights: LlamaWeights, n_ctx: int) -> None:
@@ -151,7 +151,7 @@ class LlamaKV:
         self.vocab_size = weights.n_vocab
         self.ids: list[int] = []
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
-        # Seconds of a step feeding n tokens, when measured (app.engine.schedule's prior).
+        # Seconds of a step feeding n tokens, when measured (app.engine.loop.schedule's prior).
         self.step_cost: Callable[[int], float] | None = None
 
     # --- the seam -----------------------------------------------------------------------------

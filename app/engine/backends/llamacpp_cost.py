@@ -1,5 +1,5 @@
 """What a llama.cpp step feeding n tokens costs here, with the logits of all n (what a verify
-needs): the draft-length schedule's prior (app.engine.schedule), measured once per model, build,
+needs): the draft-length schedule's prior (app.engine.loop.schedule), measured once per model, build,
 thread count and CPU, and cached.
 
 On a 2-core AVX2 CPU llama.cpp's batches cost nearly linearly in n (Gemma 3 270M: 17 tokens

@@ -1,5 +1,5 @@
 """GGUF file -> a model on llama.cpp, after our own header checks (llama.cpp's GGUF reader has had
-memory-safety bugs: a file reaches it only once app.engine.gguf_info has read and checked it)."""
+memory-safety bugs: a file reaches it only once app.engine.gguf.info has read and checked it)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from app.engine.backends import llamacpp_cost, llamacpp_lib
 from app.engine.backends.llamacpp import LlamaKV, LlamaSettings, LlamaWeights
 from app.engine.backends.llamacpp_tokenizer import LlamaTokenizer
 from app.engine.errors import InsufficientMemoryError
-from app.engine.gguf_info import GGUFInfo, format_bytes
+from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.engine.machine import memory_limit_bytes
 
 log = logging.getLogger(__name__)

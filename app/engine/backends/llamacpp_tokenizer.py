@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from app.engine.gguf_info import GGUFInfo
+from app.engine.gguf.info import GGUFInfo
 
 # GGUF token types (llama.cpp's llama_token_type): 3 control, 4 user-defined; both are parsed as
 # special tokens where parsing special text is on.

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.compat import DraftCheck, check_draft
-from app.engine.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from app.engine.drafting.compat import DraftCheck, check_draft
+from app.engine.drafting.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from app.engine.errors import IncompatibleDraftError
-from app.engine.gguf_info import GGUFInfo, read_gguf_info
+from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.engine.loader import LoadedModel, load_model
-from app.engine.ngram_cache import N_MAX, NgramCache, vocab_key
-from app.engine.ngram_drafters import CombinedDrafter, NgramCacheDrafter
-from app.engine.text_drafter import TextDrafter
+from app.engine.drafting.ngram_cache import N_MAX, NgramCache, vocab_key
+from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+from app.engine.drafting.text_drafter import TextDrafter
 
 # The kinds' names and ngram-mod's parameters live where the CLI can read them without torch.
-from app.engine.drafter_kinds import (LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NGRAM_KINDS, NGRAM_MOD,  # noqa: F401
+from app.engine.drafting.kinds import (LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NGRAM_KINDS, NGRAM_MOD,  # noqa: F401
                                       NONE, ModParams)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.gguf_info import GGUFInfo, StringArray
+from app.engine.gguf.info import GGUFInfo, StringArray
 
 log = logging.getLogger(__name__)
 

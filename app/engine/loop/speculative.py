@@ -14,12 +14,12 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from app.engine.detok import IncrementalDetokenizer
-from app.engine.drafters import Draft, Drafter, NoDrafter
+from app.engine.loop.detok import IncrementalDetokenizer
+from app.engine.drafting.drafters import Draft, Drafter, NoDrafter
 from app.engine.errors import ContextFullError, SpeculaError
-from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
+from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
-from app.engine.sampling import (
+from app.engine.loop.sampling import (
     AcceptRule,
     RowProbs,
     SamplingParams,
@@ -29,8 +29,8 @@ from app.engine.sampling import (
     sample,
     speculative_accept,
 )
-from app.engine.schedule import AdaptiveDraftLength, FixedDraftLength
-from app.engine.stops import StopMatcher
+from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength
+from app.engine.loop.stops import StopMatcher
 
 
 @dataclass(frozen=True)

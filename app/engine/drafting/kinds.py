@@ -1,6 +1,6 @@
 """The drafter kinds a user picks (the window's list, `--spec-type`, `--drafts`) and ngram-mod's
 parameters: plain names and numbers, importable without torch (the CLI parses with them before
-anything heavy loads; app.engine.pair builds the drafters)."""
+anything heavy loads; app.engine.drafting.pair builds the drafters)."""
 
 from __future__ import annotations
 

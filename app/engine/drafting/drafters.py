@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 import torch
 
 from app.engine.seam import KVModelLike as KVModel, first_argmax
-from app.engine.sampling import SamplingParams, logits_to_probs, make_generator, sample
+from app.engine.loop.sampling import SamplingParams, logits_to_probs, make_generator, sample
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Drafter:
 
     def finish(self, context: Sequence[int]) -> None:
         """Called once a generation ends, with its whole context (prompt and reply): a drafter
-        that learns from conversations (app.engine.ngram_drafters) learns here."""
+        that learns from conversations (app.engine.drafting.ngram_drafters) learns here."""
 
     def fresh(self) -> Drafter:
         """A drafter with this one's settings and shared resources (a draft model's KV cache,

@@ -4,7 +4,7 @@ A template comes from the model file, and transformers renders it in jinja2's sa
 caps range() at 100,000 items but not arithmetic: `{{ 'ab' * 10**9 }}` built a 2 GB string and a
 seeded fuzz of the template path ran the process into the OOM killer at 23 GB. The sandbox
 intercepts the operators named here, so each multiplication, power and concatenation is checked
-before it runs; past the bound it is a SecurityError, which app.engine.chat turns into one line.
+before it runs; past the bound it is a SecurityError, which app.engine.loop.chat turns into one line.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Drafters on n-grams beyond the current prompt: the learned cache, and combinations.
 
-NgramCacheDrafter drafts from an NgramCache (app.engine.ngram_cache) that learns from every
+NgramCacheDrafter drafts from an NgramCache (app.engine.drafting.ngram_cache) that learns from every
 finished generation, and LearningDrafter lets any other drafter teach it too; CombinedDrafter
 asks several n-gram drafters and keeps the proposal whose match is longest (ties: the first
 given, e.g. prompt lookup before the cache: the conversation at hand is the better evidence),
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from app.engine.drafters import Draft, Drafter
-from app.engine.ngram_cache import NgramCache
-from app.engine.sampling import SamplingParams
+from app.engine.drafting.drafters import Draft, Drafter
+from app.engine.drafting.ngram_cache import NgramCache
+from app.engine.loop.sampling import SamplingParams
 
 
 class NgramCacheDrafter(Drafter):

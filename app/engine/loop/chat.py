@@ -15,12 +15,12 @@ from typing import Iterator
 
 import jinja2
 
-from app.engine.drafters import Drafter
+from app.engine.drafting.drafters import Drafter
 from app.engine.errors import ChatTemplateError, ContextFullError
-from app.engine.template_guard import install as install_template_guard
-from app.engine.events import DoneEvent, GenerationEvent
+from app.engine.loop.template_guard import install as install_template_guard
+from app.engine.loop.events import DoneEvent, GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
-from app.engine.speculative import CancelCheck, DecodeSettings, generate
+from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
 def _render(tokenizer, messages: list[dict], template: str | None) -> str:
     """The template's text; ChatTemplateError (one line) for whatever the template's code raises:
     it comes from the file, so a traceback would blame us and tell the user nothing. Its
-    arithmetic is bounded (app.engine.template_guard): a template cannot build gigabytes."""
+    arithmetic is bounded (app.engine.loop.template_guard): a template cannot build gigabytes."""
     install_template_guard()
     try:
         return tokenizer.apply_chat_template(messages, chat_template=template, add_generation_prompt=True,

@@ -20,9 +20,9 @@ from typing import Sequence
 
 import torch
 
-from app.engine.drafters import Draft, Drafter
+from app.engine.drafting.drafters import Draft, Drafter
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
-from app.engine.sampling import SamplingParams
+from app.engine.loop.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""GGUF files: the header reader and its checks (no weights read), and derived files."""
