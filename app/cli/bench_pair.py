@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from app.cli.bench_args import PROMPTS
+from app.cli.bench_common import PROMPTS
 from app.hub.builtin import resolve_model_arg
 
 PLAIN = "(b) ours, no draft"
