@@ -3,14 +3,18 @@ sampling distribution, on tiny real GGUF files and (marked demo) the real demo m
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
-import torch
 
 from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from app.engine.loop.events import DoneEvent
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate
-from tests.llama_support import llama_loaded  # noqa: F401 - fixture
+from tests.llama_support import llama_loaded, require_llama_cpp  # noqa: F401 - fixture
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
@@ -44,9 +48,9 @@ def test_rollback_gives_the_same_logits_bit_for_bit(llama_loaded):
     kv.rewind(len(fed))
     assert kv.ids == fed
     again = kv.feed([7, 8, 9], 3)
-    assert torch.equal(after, again)
+    assert np.array_equal(after, again)
     kv.rewind(len(ids) - 1)
-    assert torch.equal(kv.feed(ids[-1:], 1)[0], first)
+    assert np.array_equal(kv.feed(ids[-1:], 1)[0], first)
 
 
 def test_rows_read_in_place_match_their_copies(llama_loaded):
@@ -57,7 +61,7 @@ def test_rows_read_in_place_match_their_copies(llama_loaded):
     assert copied.shape == (4, kv.vocab_size)
     for i in range(4):
         assert rows.argmax(i) == int(copied[i].argmax())
-        assert torch.equal(rows.row(i), copied[i])
+        assert np.array_equal(rows.row(i), copied[i])
 
 
 def test_sync_reuses_the_common_prefix(llama_loaded):
@@ -69,8 +73,8 @@ def test_sync_reuses_the_common_prefix(llama_loaded):
     assert kv.ids == a[:-1] + [a[-1]]
     last_b = kv.sync(b)
     fresh = loaded.kv_model()
-    assert torch.equal(last_b, fresh.sync(b))
-    assert torch.equal(last_a, loaded.kv_model().sync(a))
+    assert np.array_equal(last_b, fresh.sync(b))
+    assert np.array_equal(last_a, loaded.kv_model().sync(a))
 
 
 def test_tokenizer_is_llama_cpps_and_round_trips(llama_loaded):
@@ -126,12 +130,12 @@ def test_speculative_sampling_keeps_the_main_distribution(llama_loaded):
         return logits_to_probs(main.kv_model().feed(ids, 1), SAMPLING)[0]
 
     p1 = dist(prompt)
-    exact = torch.zeros_like(p1)
-    for t1 in torch.nonzero(p1).flatten().tolist():
+    exact = np.zeros_like(p1)
+    for t1 in np.flatnonzero(p1).tolist():
         exact += p1[t1] * dist(prompt + [t1])
 
     def counts(rule):
-        found = torch.zeros_like(exact)
+        found = np.zeros_like(exact)
         kv, drafter = main.kv_model(), ModelDrafter(draft.kv_model(), main.kv_model().vocab_size)
         drafted = 0
         for seed in range(1200):
@@ -146,3 +150,26 @@ def test_speculative_sampling_keeps_the_main_distribution(llama_loaded):
 
     assert chi2_pvalue(counts(speculative_accept), exact) > 1e-3
     assert chi2_pvalue(counts(always_accept), exact) < 1e-6
+
+
+# Blocks torch and transformers, then runs the real entry point: the llama.cpp path must not need them.
+_WITHOUT_TORCH = ("import sys\n"
+                  "class Block:\n"
+                  "    def find_spec(self, name, path=None, target=None):\n"
+                  "        if name.split('.')[0] in ('torch', 'transformers'):\n"
+                  "            raise ImportError('blocked: ' + name)\n"
+                  "sys.meta_path.insert(0, Block())\n"
+                  "from app.cli import main\n"
+                  "sys.exit(main(sys.argv[1:]))\n")
+
+
+@pytest.mark.parametrize("flags", [["--temp", "0"], ["--temp", "0.8", "--seed", "3", "--lookup"]])
+def test_a_run_on_llama_cpp_imports_neither_torch_nor_transformers(tiny_paths, flags):
+    """Importing torch is about a second, most of a whole `specula run`'s start to its first token:
+    rows are numpy arrays, so greedy and sampled replies, drafted or not, run without it."""
+    require_llama_cpp()
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, "run", "-m", str(tiny_paths["llama-f32"]),
+                             "-p", "Hello there", "-n", "12", "--backend", "llama.cpp", *flags],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert "n_predict = 12" in result.stderr or "stop: " in result.stderr, result.stderr

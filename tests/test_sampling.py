@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import numpy as np
 import torch
 
 from app.engine.drafting.drafters import ModelDrafter, PromptLookupDrafter
@@ -17,13 +18,15 @@ from app.engine.loop.sampling import (
     logits_to_probs,
     make_generator,
     sample,
+    softmax,
     speculative_accept,
 )
 from app.engine.loop.speculative import DecodeSettings, generate
 
 
-def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+def chi2_pvalue(counts, probs) -> float:
     """Pearson's chi-square goodness of fit, cells with expected count < 5 pooled."""
+    counts, probs = torch.as_tensor(np.asarray(counts, dtype=np.float64)), torch.as_tensor(np.asarray(probs, dtype=np.float64))
     n = counts.sum()
     expected = probs * n
     big = expected >= 5
@@ -45,7 +48,7 @@ def resample_from_p(p, q, draft, generator):
     """A broken rule: correct acceptance test, but resamples from p instead of the residual."""
     for i, token in enumerate(draft):
         q_x = float(q[i, token]) if q is not None else 1.0
-        if float(torch.rand(1, generator=generator)) * q_x < float(p[i, token]):
+        if generator.random() * q_x < float(p[i, token]):
             continue
         return i, sample(p[i], generator)
     return len(draft), sample(p[len(draft)], generator)
@@ -54,7 +57,7 @@ def resample_from_p(p, q, draft, generator):
 def first_token_counts(rule, p, q, trials=20000, seed=0):
     """Emit the first token of a 2-token draft many times; count what comes out."""
     gen = make_generator(seed)
-    counts = torch.zeros(p.shape[-1])
+    counts = np.zeros(p.shape[-1])
     for _ in range(trials):
         if q is None:
             draft = [2, 0]  # a deterministic drafter always proposes the same tokens
@@ -67,9 +70,9 @@ def first_token_counts(rule, p, q, trials=20000, seed=0):
 
 @pytest.fixture(scope="module")
 def dists():
-    torch.manual_seed(1)
-    p = torch.distributions.Dirichlet(torch.ones(6)).sample((3,))
-    q = torch.distributions.Dirichlet(torch.ones(6) * 0.5).sample((2,))
+    rng = np.random.default_rng(1)
+    p = rng.dirichlet(np.ones(6), 3).astype(np.float32)
+    q = rng.dirichlet(np.ones(6) * 0.5, 2).astype(np.float32)
     return p, q
 
 
@@ -89,10 +92,10 @@ def test_broken_rules_are_detected(dists, broken, deterministic):
 
 
 def test_truncation_filters():
-    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0, -10.0]])
+    logits = np.array([[4.0, 3.0, 2.0, 1.0, 0.0, -10.0]], dtype=np.float32)
     top2 = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
-    assert (top2[0, 2:] == 0).all() and torch.isclose(top2.sum(), torch.tensor(1.0))
-    soft = torch.softmax(logits, -1)[0]
+    assert (top2[0, 2:] == 0).all() and np.isclose(top2.sum(), 1.0)
+    soft = softmax(logits)[0]
     top_p = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0))
     kept = int((top_p[0] > 0).sum())
     assert soft[: kept - 1].sum() < 0.8 <= soft[:kept].sum()
@@ -101,22 +104,22 @@ def test_truncation_filters():
     greedy = logits_to_probs(logits, SamplingParams(temperature=0.0))
     assert greedy[0].tolist() == [1.0, 0, 0, 0, 0, 0]
     hot = logits_to_probs(logits, SamplingParams(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0))
-    assert torch.allclose(hot, torch.softmax(logits / 2.0, -1))
+    assert np.allclose(hot, softmax(logits / 2.0))
 
 
 def test_top_p_zero_keeps_the_top_token():
     """top_p = 0 used to drop every token (softmax of all -inf: NaN, a 500 in the server)."""
-    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, 0.5, 0.0]])
+    logits = np.array([[1.0, 3.0, 2.0], [0.5, 0.5, 0.0]], dtype=np.float32)
     probs = logits_to_probs(logits, SamplingParams(temperature=0.8, top_k=0, top_p=0.0, min_p=0.0))
     assert probs[0].tolist() == [0.0, 1.0, 0.0]
-    assert not probs.isnan().any() and torch.allclose(probs.sum(-1), torch.ones(2))
+    assert not np.isnan(probs).any() and np.allclose(probs.sum(-1), np.ones(2))
     assert sample(probs[0], make_generator(0)) == 1
 
 
 @pytest.mark.parametrize("temperature", [1e-40, 1e-300, 3e-39, 1e-30, 1e-8])
 def test_tiny_temperature_is_greedy_not_nan(temperature):
     """logits / 1e-40 overflowed to inf and softmax gave NaN ("probability tensor contains inf")."""
-    logits = torch.tensor([[4.0, 3.0, 2.0, -1.0], [-50.0, 60.0, 59.9, 0.0]])
+    logits = np.array([[4.0, 3.0, 2.0, -1.0], [-50.0, 60.0, 59.9, 0.0]], dtype=np.float32)
     params = SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0)
     probs = logits_to_probs(logits, params)
     assert probs.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
@@ -144,18 +147,18 @@ SAMPLING = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 @torch.inference_mode()
 def exact_second_token(model, prompt_ids):
     def dist(ids):
-        return logits_to_probs(model(torch.tensor([ids])).logits[0, -1:], SAMPLING)[0]
+        return logits_to_probs(model(torch.tensor([ids])).logits[0, -1:].float().numpy(), SAMPLING)[0]
 
     p1 = dist(prompt_ids)
-    marginal = torch.zeros_like(p1)
-    for t1 in torch.nonzero(p1).flatten().tolist():
+    marginal = np.zeros_like(p1)
+    for t1 in np.flatnonzero(p1).tolist():
         marginal += p1[t1] * dist(prompt_ids + [t1])
     return marginal
 
 
 def second_token_counts(main, prompt_ids, make_drafter, accept_rule=speculative_accept, runs=1200,
                         min_drafted=None):
-    counts = torch.zeros(main.kv_model().vocab_size)
+    counts = np.zeros(main.kv_model().vocab_size)
     kv = main.kv_model(n_ctx=4096)  # the prompt is longer than the tiny model's 512
     drafter = make_drafter()
     drafted = 0
@@ -208,19 +211,19 @@ def test_speculative_sampling_matches_main_distribution(tiny_loaded, drafter_kin
 
 
 def test_row_probs_makes_only_the_rows_a_verify_reads():
-    logits = torch.tensor([[5.0, 0.0, -9.0], [0.0, 5.0, -9.0], [0.0, 0.0, 5.0]])
+    logits = np.array([[5.0, 0.0, -9.0], [0.0, 5.0, -9.0], [0.0, 0.0, 5.0]], dtype=np.float32)
     read: list[int] = []
 
-    def row_logits(i: int) -> torch.Tensor:
+    def row_logits(i: int) -> np.ndarray:
         read.append(i)
         return logits[i]
 
     params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     lazy = RowProbs(row_logits, 3, params)
     # Token 2 at position 0 has probability ~1e-6: rejected at once, so rows 1 and 2 are never made.
-    n, _token = speculative_accept(lazy, None, [2, 1], torch.Generator().manual_seed(0))
+    n, _token = speculative_accept(lazy, None, [2, 1], make_generator(0))
     assert n == 0 and read == [0]
-    assert torch.allclose(lazy[0], logits_to_probs(logits[:1], params)[0])
+    assert np.allclose(lazy[0], logits_to_probs(logits[:1], params)[0])
     assert float(lazy[0, 0]) == float(lazy[0][0]) and read == [0]  # made once
     with pytest.raises(IndexError):
         lazy[3]

@@ -1,6 +1,6 @@
 """One generation at a time per model, on a worker thread; requests wait in a bounded queue.
 
-The engine is synchronous torch code, so it runs on its own thread and never blocks the event
+The engine is synchronous code, so it runs on its own thread and never blocks the event
 loop. Each request is a Job: the worker pushes the engine's events into the job's asyncio queue
 with `loop.call_soon_threadsafe` (the one thread-safe way into a loop), and the request handler
 awaits them. A job's cancel flag is the engine's `cancel` callable, checked between steps, so a

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
 from app.engine.backends import llamacpp_lib
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
@@ -175,7 +174,7 @@ class LlamaKV:
             return
         del self.ids[n_tokens:]
 
-    def feed(self, new_ids: Sequence[int], n_logits: int = 1) -> torch.Tensor:
+    def feed(self, new_ids: Sequence[int], n_logits: int = 1) -> np.ndarray:
         """Append tokens to the cache; float32 logits [n_logits, V] of the last positions."""
         return self.feed_rows(new_ids, n_logits).all()
 
@@ -199,7 +198,7 @@ class LlamaKV:
         view = np.ctypeslib.as_array(ptr, shape=(n_logits, self.vocab_size))
         return LlamaRows(view)
 
-    def sync(self, context: Sequence[int]) -> torch.Tensor:
+    def sync(self, context: Sequence[int]) -> np.ndarray:
         """Make the cache hold `context` (reusing the common prefix); the last logits [V]."""
         keep = min(common_prefix_length(self.ids, context), len(context) - 1)
         self.rewind(keep)
@@ -250,16 +249,16 @@ class LlamaRows:
 
     def __init__(self, view: np.ndarray) -> None:
         self._view = view
-        self._all: torch.Tensor | None = None
+        self._all: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self._view.shape[0])
 
-    def row(self, i: int) -> torch.Tensor:
+    def row(self, i: int) -> np.ndarray:
         """float32 logits [V] of position i (a copy)."""
         if self._all is not None:
             return self._all[i]
-        return torch.from_numpy(self._view[i].copy())
+        return self._view[i].copy()
 
     def argmax(self, i: int) -> int:
         """The greedy token at position i (the first of equal maxima, as torch's argmax)."""
@@ -270,10 +269,10 @@ class LlamaRows:
         top2 = np.partition(self._view[i], -2)[-2:]
         return float(top2[1] - top2[0])
 
-    def all(self) -> torch.Tensor:
+    def all(self) -> np.ndarray:
         """float32 logits [n, V], copied out of llama.cpp's buffer."""
         if self._all is None:
-            self._all = torch.from_numpy(self._view.copy())
+            self._all = self._view.copy()
         return self._all
 
 

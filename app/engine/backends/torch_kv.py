@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 import transformers
 from transformers import DynamicCache, PreTrainedModel
@@ -74,7 +75,7 @@ class KVModel:
         self.cache.crop(-n_remove)  # transformers 5: a negative count of tokens to remove
         del self.ids[n_tokens:]
 
-    def feed(self, new_ids: Sequence[int], n_logits: int = 1) -> torch.Tensor:
+    def feed(self, new_ids: Sequence[int], n_logits: int = 1) -> np.ndarray:
         """Append tokens to the cache; return float32 logits [n_logits, V] of the last positions."""
         return self.feed_rows(new_ids, n_logits).all()
 
@@ -85,9 +86,9 @@ class KVModel:
         out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
         self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
         self.ids.extend(int(t) for t in new_ids)
-        return LogitRows(out.logits[0, -n_logits:].float().cpu())
+        return LogitRows(out.logits[0, -n_logits:].float().cpu().numpy())
 
-    def sync(self, context: Sequence[int]) -> torch.Tensor:
+    def sync(self, context: Sequence[int]) -> np.ndarray:
         """Make the cache hold `context` (reusing the common prefix); return the last logits [V]."""
         keep = min(common_prefix_length(self.ids, context), len(context) - 1)
         self.rewind(keep)
@@ -95,15 +96,16 @@ class KVModel:
 
 
 class LogitRows:
-    """Logits of consecutive positions (app.engine.seam.LogitRowsLike), computed at once."""
+    """Logits of consecutive positions (app.engine.seam.LogitRowsLike), computed at once: numpy
+    float32, as the seam hands them to the loop."""
 
-    def __init__(self, logits: torch.Tensor) -> None:
+    def __init__(self, logits: np.ndarray) -> None:
         self._logits = logits
 
     def __len__(self) -> int:
         return int(self._logits.shape[0])
 
-    def row(self, i: int) -> torch.Tensor:
+    def row(self, i: int) -> np.ndarray:
         """float32 logits [V] of position i."""
         return self._logits[i]
 
@@ -111,6 +113,6 @@ class LogitRows:
         """The greedy token at position i: the first of the largest logits."""
         return first_argmax(self._logits[i])
 
-    def all(self) -> torch.Tensor:
+    def all(self) -> np.ndarray:
         """float32 logits [n, V]."""
         return self._logits

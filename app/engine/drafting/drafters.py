@@ -10,17 +10,17 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-import torch
+import numpy as np
 
 from app.engine.seam import KVModelLike as KVModel, first_argmax
-from app.engine.loop.sampling import SamplingParams, logits_to_probs, make_generator, sample
+from app.engine.loop.sampling import SamplingParams, logits_to_probs, make_generator, sample, softmax
 
 
 @dataclass(frozen=True)
 class Draft:
     tokens: tuple[int, ...] = ()
     # Draft distributions q [k, V] for speculative sampling; None for a deterministic drafter.
-    probs: torch.Tensor | None = None
+    probs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -222,24 +222,25 @@ class ModelDrafter(Drafter):
         # The draft's own random stream, distinct from the main model's but reproducible.
         self.generator = make_generator(None if sampling.seed is None else sampling.seed + 1)
 
-    def _distribution(self, logits: torch.Tensor) -> torch.Tensor:
+    def _distribution(self, logits) -> np.ndarray:
         """Draft logits -> q over the main model's vocabulary (sizes may differ by <= 128)."""
+        logits = np.asarray(logits, dtype=np.float32)
         v = self.main_vocab_size
         if logits.shape[-1] > v:
             logits = logits[..., :v]
         elif logits.shape[-1] < v:
-            pad = torch.full((*logits.shape[:-1], v - logits.shape[-1]), float("-inf"))
-            logits = torch.cat([logits, pad], dim=-1)
+            pad = np.full((*logits.shape[:-1], v - logits.shape[-1]), -np.inf, dtype=np.float32)
+            logits = np.concatenate([logits, pad], axis=-1)
         if self.sampling.greedy:
-            return torch.softmax(logits.float(), dim=-1)  # confidence for draft_p_min only
-        return logits_to_probs(logits.unsqueeze(0), self.sampling)[0]
+            return softmax(logits)  # confidence for draft_p_min only
+        return logits_to_probs(logits[None], self.sampling)[0]
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         if max_tokens <= 0:
             return Draft()
         logits = self.draft.sync(context)
         tokens: list[int] = []
-        dists: list[torch.Tensor] = []
+        dists: list[np.ndarray] = []
         while True:
             q = self._distribution(logits)
             # Decide on the draft's confidence before sampling: a stop that depended on the
@@ -252,5 +253,5 @@ class ModelDrafter(Drafter):
             if len(tokens) >= max_tokens:
                 break
             logits = self.draft.feed([token], 1)[0]
-        probs = None if self.sampling.greedy or not dists else torch.stack(dists)
+        probs = None if self.sampling.greedy or not dists else np.stack(dists)
         return Draft(tuple(tokens), probs)

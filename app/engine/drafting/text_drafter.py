@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-import torch
+import numpy as np
 
 from app.engine.drafting.drafters import Draft, Drafter
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
-from app.engine.loop.sampling import SamplingParams
+from app.engine.loop.sampling import SamplingParams, softmax
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class TextDrafter(Drafter):
         logits = self.draft.sync(target)
         drafted: list[int] = []
         while True:
-            if self.p_min > 0.0 and float(torch.softmax(logits.float(), -1).max()) < self.p_min:
+            if self.p_min > 0.0 and float(softmax(np.asarray(logits, dtype=np.float32)).max()) < self.p_min:
                 break  # the draft is unsure: stop rather than waste verify work
             token = first_argmax(logits)
             if token in self.draft_stop:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
+import numpy as np
 
 # Logits: a gap between the two best tokens below this counts as a tie. Batch and one-token rows
 # of the demo models differ by up to a few hundredths at the leading tokens (tests/test_fidelity.py).
@@ -38,9 +38,9 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def top2_gap(logits: torch.Tensor) -> float:
-    top = torch.topk(logits.float(), 2).values
-    return float(top[0] - top[1])
+def top2_gap(logits) -> float:
+    top2 = np.partition(np.asarray(logits, dtype=np.float32), -2)[-2:]
+    return float(top2[1] - top2[0])
 
 
 def compare_to_plain(kv, prompt_ids: Sequence[int], plain: Sequence[int], other: Sequence[int]) -> Divergence | None:

@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
+import numpy as np
 
 from app.engine.errors import SpeculaError
 
 # 1 / temperature must be a finite float32 (logits are float32): below this a temperature is
 # too small to divide by, and sampling at it is greedy anyway.
-MIN_TEMPERATURE = 1.0 / torch.finfo(torch.float32).max
+MIN_TEMPERATURE = 1.0 / float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class SamplingParams:
         return self.temperature < MIN_TEMPERATURE
 
 
-MAX_SEED = 2**63 - 1  # torch's generator takes a 64-bit seed; the server's limit too
+MAX_SEED = 2**63 - 1  # a 64-bit seed (numpy's generators take any size); the server's limit too
 
 
 def check_sampling(params: SamplingParams) -> None:
@@ -53,62 +53,75 @@ def check_sampling(params: SamplingParams) -> None:
         raise SpeculaError(f"seed must be at most {MAX_SEED}, or negative for a random one (got {params.seed})")
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    generator = torch.Generator(device="cpu")
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(seed)
-    return generator
+Generator = np.random.Generator
 
 
-def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def make_generator(seed: int | None) -> Generator:
+    """numpy's PCG64 stream, seeded (None: from the OS's entropy)."""
+    return np.random.default_rng(seed)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float32 (rows of -inf except some finite values allowed)."""
+    top = logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits - top, dtype=np.float32)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def logits_to_probs(logits, params: SamplingParams) -> np.ndarray:
     """Rows of logits [n, V] -> rows of probabilities [n, V] (float32).
 
     Truncation (top-k, top-p, min-p) is decided on the untempered distribution and temperature is
     applied last, as in llama.cpp's default sampler chain.
     """
-    logits = logits.float()
+    logits = np.asarray(logits, dtype=np.float32)
     if params.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    keep = torch.ones_like(logits, dtype=torch.bool)
+        probs = np.zeros_like(logits)
+        np.put_along_axis(probs, logits.argmax(-1)[..., None], 1.0, axis=-1)
+        return probs
+    keep = np.ones(logits.shape, dtype=bool)
     if 0 < params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        kth = np.partition(logits, -params.top_k, axis=-1)[..., -params.top_k:].min(axis=-1, keepdims=True)
         keep &= logits >= kth
-    probs = torch.softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
+    probs = softmax(np.where(keep, logits, -np.inf))
     if params.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
         drop_sorted = mass_before >= params.top_p
         drop_sorted[..., 0] = False  # the most likely token always stays (top_p = 0 included)
-        keep &= ~torch.zeros_like(keep).scatter(-1, order, drop_sorted)
+        drop = np.zeros_like(keep)
+        np.put_along_axis(drop, order, drop_sorted, axis=-1)
+        keep &= ~drop
     if params.min_p > 0.0:
-        keep &= probs >= params.min_p * probs.max(dim=-1, keepdim=True).values
+        keep &= probs >= params.min_p * probs.max(axis=-1, keepdims=True)
     # Shifted so the top logit is 0 before scaling: a tiny temperature sends the others to -inf
     # (greedy in the limit), never to inf - inf = NaN.
-    top = logits.masked_fill(~keep, float("-inf")).max(dim=-1, keepdim=True).values
-    scale = min(1.0 / params.temperature, torch.finfo(torch.float32).max)
-    tempered = ((logits - top) * scale).masked_fill(~keep, float("-inf"))
-    return torch.softmax(tempered, dim=-1)
+    masked = np.where(keep, logits, -np.inf)
+    top = masked.max(axis=-1, keepdims=True)
+    scale = np.float32(min(1.0 / params.temperature, float(np.finfo(np.float32).max)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        tempered = np.where(keep, (logits - top) * scale, -np.inf).astype(np.float32)
+    return softmax(tempered)
 
 
 class RowProbs:
     """Main-model probabilities of consecutive positions, read as p[i] or p[i, token] like a
-    [n, V] tensor, each row made from its logits when first read: a verify reads rows only up to
+    [n, V] array, each row made from its logits when first read: a verify reads rows only up to
     the first rejection (llama.cpp's rows are read in place, only those asked for)."""
 
-    def __init__(self, row_logits: Callable[[int], torch.Tensor], n_rows: int, params: SamplingParams) -> None:
+    def __init__(self, row_logits: Callable[[int], np.ndarray], n_rows: int, params: SamplingParams) -> None:
         self._row_logits, self._n, self._params = row_logits, n_rows, params
-        self._rows: dict[int, torch.Tensor] = {}
+        self._rows: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self._n
 
-    def _row(self, i: int) -> torch.Tensor:
+    def _row(self, i: int) -> np.ndarray:
         if not 0 <= i < self._n:
             raise IndexError(i)
         if i not in self._rows:
-            self._rows[i] = logits_to_probs(self._row_logits(i).unsqueeze(0), self._params)[0]
+            self._rows[i] = logits_to_probs(np.asarray(self._row_logits(i))[None], self._params)[0]
         return self._rows[i]
 
     def __getitem__(self, key):
@@ -118,40 +131,36 @@ class RowProbs:
         return self._row(int(key))
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+def sample(probs, generator: Generator) -> int:
+    """A token drawn from `probs` (any non-negative weights, not all zero), by inverse CDF."""
+    cdf = np.cumsum(np.asarray(probs, dtype=np.float64))
+    u = generator.random() * cdf[-1]
+    return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
 
 
-AcceptRule = Callable[
-    [torch.Tensor, torch.Tensor | None, list[int], torch.Generator], tuple[int, int]
-]
+AcceptRule = Callable[[object, object, list[int], Generator], tuple[int, int]]
 
 
-def speculative_accept(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft: list[int],
-    generator: torch.Generator,
-) -> tuple[int, int]:
+def speculative_accept(p, q, draft: list[int], generator: Generator) -> tuple[int, int]:
     """Accept a prefix of `draft` and choose the next token, preserving the distribution p.
 
-    p: [k+1, V] main-model probabilities at each draft position plus the bonus position (a
-       tensor, or RowProbs, which makes each row when first read).
+    p: [k+1, V] main-model probabilities at each draft position plus the bonus position (an
+       array, or RowProbs, which makes each row when first read).
     q: [k, V] draft probabilities, or None for a deterministic (one-hot) drafter.
     Returns (number of draft tokens accepted, the token that follows them).
     """
     for i, token in enumerate(draft):
         p_x = float(p[i, token])
         q_x = float(q[i, token]) if q is not None else 1.0
-        if q_x > 0 and float(torch.rand(1, generator=generator)) * q_x < p_x:
+        if q_x > 0 and generator.random() * q_x < p_x:
             continue  # accepted with probability min(1, p_x / q_x)
         if q is not None:
-            residual = (p[i] - q[i]).clamp_min(0.0)
+            residual = np.clip(np.asarray(p[i], dtype=np.float64) - np.asarray(q[i], dtype=np.float64), 0.0, None)
         else:
-            residual = p[i].clone()
+            residual = np.array(p[i], dtype=np.float64)
             residual[token] = 0.0
         total = float(residual.sum())
         # total == 0 only when p == q exactly, where rejection has probability 0.
-        replacement = sample(residual / total if total > 0 else p[i], generator)
+        replacement = sample(residual if total > 0 else p[i], generator)
         return i, replacement
     return len(draft), sample(p[len(draft)], generator)

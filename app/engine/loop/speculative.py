@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import time
+
+import numpy as np
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-import torch
 
 from app.engine.loop.detok import IncrementalDetokenizer
 from app.engine.drafting.drafters import Draft, Drafter, NoDrafter
@@ -21,6 +22,7 @@ from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummar
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.loop.sampling import (
     AcceptRule,
+    Generator,
     RowProbs,
     SamplingParams,
     check_sampling,
@@ -102,10 +104,10 @@ class _Counters:
             self.accepted_at[i] += int(i < n_accepted)
 
 
-def _first_token(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:
+def _first_token(logits, sampling: SamplingParams, gen: Generator) -> int:
     if sampling.greedy:
         return first_argmax(logits)
-    return sample(logits_to_probs(logits.unsqueeze(0), sampling)[0], gen)
+    return sample(logits_to_probs(np.asarray(logits)[None], sampling)[0], gen)
 
 
 def verify(
@@ -113,7 +115,7 @@ def verify(
     pending: int,
     draft: Draft,
     sampling: SamplingParams,
-    gen: torch.Generator,
+    gen: Generator,
     accept_rule: AcceptRule = speculative_accept,
 ) -> tuple[int, int]:
     """One main-model forward over [pending, *draft]; returns (n accepted, next token).
