@@ -22,12 +22,14 @@ def prompt_ids(main: Any, text: str) -> list[int]:
     return render_prompt(main.tokenizer, [{"role": "user", "content": text}])
 
 
-def timed_reply(main: Any, drafter: Any, ids: list[int], settings: Any) -> tuple[list[int], float, Any]:
-    """(tokens, wall seconds, RunSummary) of one reply on a fresh KV cache of `main`."""
+def timed_reply(main: Any, drafter: Any, ids: list[int], settings: Any,
+                n_ctx: int | None = None) -> tuple[list[int], float, Any]:
+    """(tokens, wall seconds, RunSummary) of one reply on a fresh KV cache of `main` (of n_ctx
+    tokens; default: the model's own)."""
     from app.engine.loop.events import DoneEvent
     from app.engine.loop.speculative import generate
 
-    kv = main.kv_model()
+    kv = main.kv_model(n_ctx)
     started = time.monotonic()
     summary = next(e.summary for e in generate(kv, main.tokenizer, ids, drafter, settings) if isinstance(e, DoneEvent))
     return list(summary.tokens), time.monotonic() - started, summary

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from app.cli.bench_common import PROMPTS
+from app.cli.bench_common import PROMPTS, timed_reply
 from app.hub.builtin import resolve_model_arg
 
 PLAIN = "(b) ours, no draft"
@@ -148,20 +148,12 @@ def _rows(args: argparse.Namespace, main: Any, draft: Any, lengths: list[int], t
 def _ours(main: Any, drafter: Any, n_ctx: int, base: Any) -> Callable:
     from dataclasses import replace
 
-    from app.engine.loop.events import DoneEvent
-    from app.engine.loop.speculative import generate
-
     def run(ids: list[int], n: int) -> tuple[list[int], float, int, int]:
-        kv = main.kv_model(n_ctx)
         cache = getattr(drafter, "draft", None)
         if cache is not None:
             cache.reset()  # cold, as every other row: the draft re-reads the prompt too
-        started = time.monotonic()
-        summary = next(e.summary for e in generate(kv, main.tokenizer, ids, drafter, replace(base, max_new_tokens=n))
-                       if isinstance(e, DoneEvent))
-        elapsed = time.monotonic() - started
-        kv.close()
-        return list(summary.tokens), elapsed, summary.n_drafted, summary.n_accepted
+        tokens, elapsed, summary = timed_reply(main, drafter, ids, replace(base, max_new_tokens=n), n_ctx)
+        return tokens, elapsed, summary.n_drafted, summary.n_accepted
 
     return run
 

@@ -14,6 +14,8 @@ import numpy.typing as npt
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaDraftModel
 
+from app.engine.seam import common_prefix_length
+
 
 class GreedyDraftModel(LlamaDraftModel):
     """Proposes `n_draft` tokens: the draft model's argmax, token by token, from its own KV cache
@@ -53,10 +55,8 @@ class GreedyDraftModel(LlamaDraftModel):
     def _draft(self, context: list[int]) -> list[int]:
         llm = self.llm
         held = llm.input_ids[: llm.n_tokens].tolist()
-        keep = 0
-        limit = min(len(held), len(context) - 1)  # at least one token fed: its logits are the next
-        while keep < limit and held[keep] == context[keep]:
-            keep += 1
+        # At least one token fed: its logits are the next.
+        keep = min(common_prefix_length(held, context), len(context) - 1)
         llm.n_tokens = keep  # eval() drops the cache past n_tokens first
         llm.eval(context[keep:])
         out: list[int] = []

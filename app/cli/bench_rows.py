@@ -56,7 +56,7 @@ def cmd_bench_rows(args: argparse.Namespace) -> int:
         kv.rewind(p)
         if len(kv.ids) < p:
             kv.feed_rows(ids[len(kv.ids):p], 1)
-        singles = [kv.feed_rows([ids[p + i]], 1).all()[0].copy() for i in range(b)]
+        singles = [kv.feed_rows([ids[p + i]], 1).all()[0] for i in range(b)]  # all(): a copy
         kv.rewind(p)
         batch = kv.feed_rows(ids[p:p + b], b).all()
         for row, single in zip(batch, singles):

@@ -85,8 +85,7 @@ def memory_need(info: GGUFInfo, *, dtype: str = "gguf",
     measured = weights_bytes is not None
     # A backend that keeps the file's own types keeps its KV cache in float16 (llama.cpp's default).
     kv_dtype = dtype if dtype in ("float32", "float16", "bfloat16") else "float16"
-    stored = sum(t.n_bytes for t in info.tensors) if own_types else None
-    weights = weights_bytes if measured else stored if own_types else info.memory_bytes(kv_dtype)
+    weights = weights_bytes if measured else info.memory_bytes("gguf" if own_types else kv_dtype)
     kv = info.kv_bytes_per_token(kv_dtype) * n_ctx
     # torch dequantizes each tensor through float32 while loading; llama.cpp maps the file.
     loading = 0 if own_types else max((t.n_elements for t in info.tensors), default=0) * 4

@@ -66,8 +66,9 @@ def choose_backend(requested: str, model_path: str | Path | None = None, device:
     if problem is not None:
         return _fallback(f"torch: {problem}")
     wants_gpu = device in ("cuda", "mps") or (device == AUTO and (n_gpu_layers is None or n_gpu_layers != 0))
-    if wants_gpu and not llama_cpp_has_gpu() and _torch_gpu() is not None:
-        return _fallback(f"torch on the {_torch_gpu().upper()} GPU: this llama.cpp build runs on the CPU only")
+    torch_gpu = _torch_gpu() if wants_gpu and not llama_cpp_has_gpu() else None
+    if torch_gpu is not None:
+        return _fallback(f"torch on the {torch_gpu.upper()} GPU: this llama.cpp build runs on the CPU only")
     if device in ("cuda", "mps") and not llama_cpp_has_gpu():
         return BackendChoice(TORCH, f"torch: this llama.cpp build has no {device.upper()} support")
     return BackendChoice(LLAMA_CPP, "llama.cpp" + (" (GPU offload)" if llama_cpp_has_gpu() else " on the CPU"))

@@ -22,7 +22,7 @@ import numpy as np
 
 from app.engine.backends import llamacpp_lib
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
-from app.engine.seam import common_prefix_length
+from app.engine.seam import common_prefix_length, first_argmax
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class LlamaRows:
 
     def argmax(self, i: int) -> int:
         """The greedy token at position i (the first of equal maxima, as torch's argmax)."""
-        return int(np.argmax(self._view[i]))
+        return first_argmax(self._view[i])
 
     def top_gap(self, i: int) -> float:
         """The gap between the two largest logits at position i: how near a tie the choice was."""

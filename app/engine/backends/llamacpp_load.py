@@ -43,7 +43,7 @@ class LlamaPlan:
 
 def weights_bytes(info: GGUFInfo) -> int:
     """The tensor data llama.cpp maps: the file's weights as they are stored."""
-    return sum(t.n_bytes for t in info.tensors)
+    return info.memory_bytes("gguf")
 
 
 def check_memory(info: GGUFInfo) -> None:
