@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Build Specula as a self-contained one-folder app and smoke-test it: the one documented command.
 
-    python3 packaging/build_bundle.py [--no-setup] [--skip-build]
+    python3 packaging/build_bundle.py [--no-setup] [--skip-build] [--portable]
 
 1. Sets up .venv as packaging/bootstrap.py does (--no-setup: use it as it is), and installs
    PyInstaller into it if missing (it is a build tool, not a dependency of Specula).
-2. Builds dist/Specula/ from packaging/specula.spec (work files in build/).
-3. Runs `dist/Specula/Specula --self-test OUT.png` offscreen, from an empty folder, with empty
+2. Builds llama.cpp as its releases are (packaging/llama_build.py --variants: one CPU backend
+   per CPU class, from SSE4.2 to AVX-512, chosen at run time; cached as a wheel) and installs it
+   into build/llama-variants for the bundle alone; the venv keeps its portable build.
+   --portable bundles the venv's build instead (AVX2 CPUs and newer only).
+3. Builds dist/Specula/ from packaging/specula.spec (work files in build/).
+4. Runs `dist/Specula/Specula --self-test OUT.png` offscreen, from an empty folder, with empty
    temporary data, cache and Hugging Face folders and HF_HUB_OFFLINE=1: the bundle has to carry
    everything itself (the demo model included).
-4. Prints the bundle's size, the build time, the self-test's wall time and its time from process
+5. Prints the bundle's size, the build time, the self-test's wall time and its time from process
    start to the first streamed token. Exits non-zero if the build or the self-test fails.
 
 Standard library only (it runs with the system Python; the build itself runs in .venv).
@@ -29,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bootstrap  # noqa: E402 (packaging/bootstrap.py: the venv and its pip)
+import llama_build  # noqa: E402 (packaging/llama_build.py: llama.cpp's wheel, built once)
 
 ROOT = bootstrap.ROOT
 SPEC = ROOT / "packaging" / "specula.spec"
@@ -46,14 +51,25 @@ def mib(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
-def build() -> float:
+def llama_variants() -> Path | None:
+    """build/llama-variants: llama.cpp's binding with one CPU backend per CPU class; None (after
+    one line saying so) where it cannot be had, and the bundle takes the venv's build."""
+    target = WORK / "llama-variants"
+    if llama_build.install_into(bootstrap.venv_python(), target, variants=True):
+        return target
+    print("build_bundle: bundling the venv's portable llama.cpp build instead (AVX2 CPUs and newer)", flush=True)
+    return None
+
+
+def build(llama_target: Path | None) -> float:
     if not bootstrap.has_module("PyInstaller"):
         bootstrap.pip(PYINSTALLER)
     started = time.monotonic()
     cmd = [str(bootstrap.venv_python()), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
            "--distpath", str(DIST), "--workpath", str(WORK), str(SPEC)]
+    env = dict(os.environ, **({"SPECULA_LLAMA_TARGET": str(llama_target)} if llama_target else {}))
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, env=env)
     return time.monotonic() - started
 
 
@@ -92,6 +108,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-setup", action="store_true", help="use .venv as it is (no pip)")
     parser.add_argument("--skip-build", action="store_true", help="only run the self-test of dist/Specula")
+    parser.add_argument("--portable", action="store_true",
+                        help="bundle the venv's llama.cpp build (AVX2 and newer) instead of one with a CPU backend per CPU class")
     args = parser.parse_args(argv)
     if not args.no_setup:
         bootstrap.ensure_environment()
@@ -101,7 +119,7 @@ def main(argv: list[str]) -> int:
     build_s = None
     if not args.skip_build:
         try:
-            build_s = build()
+            build_s = build(None if args.portable else llama_variants())
         except subprocess.CalledProcessError as exc:
             print(f"build_bundle: PyInstaller failed (exit {exc.returncode})", file=sys.stderr)
             return 1

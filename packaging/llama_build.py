@@ -15,8 +15,10 @@ llama-cpp-python the environment already has is never replaced.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,8 +29,9 @@ _QUIET = ["-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLE
           "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
 PORTABLE = ["-DGGML_NATIVE=OFF", *_QUIET]
 ALL_VARIANTS = ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", *_QUIET]
-# Minutes of one core to build (measured: the portable build, 622 s on a busy 2-core AMD EPYC Zen 4 VM).
-_CORE_MINUTES = {"portable": 20, "variants": 70}
+# Minutes of one core to build (measured on a 2-core AMD EPYC Zen 4 VM: the portable build 622 s
+# on a busy machine; the 14 CPU variants 10.7 minutes with the test suite running beside it).
+_CORE_MINUTES = {"portable": 20, "variants": 22}
 
 
 def cmake_args(variants: bool = False) -> list[str]:
@@ -92,7 +95,30 @@ def ensure_llama(python: Path, variants: bool = False) -> bool:
     return True
 
 
-if __name__ == "__main__":  # python3 packaging/llama_build.py [--variants]: build the wheel only
-    path = build_wheel(Path(sys.executable), "--variants" in sys.argv[1:])
+def install_into(python: Path, target: Path, variants: bool = False) -> bool:
+    """The wheel (built once) installed into the folder `target` alone, not into an environment:
+    what a bundle takes its llama.cpp from. False, after one line saying why, where it cannot."""
+    wheel = build_wheel(python, variants)
+    if wheel is None:
+        print(f"llama.cpp could not be built here (see {wheel_dir(variants) / 'build.log'})", flush=True)
+        return False
+    shutil.rmtree(target, ignore_errors=True)
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "--no-deps",
+           "--target", str(target), str(wheel)]
+    if subprocess.run(cmd).returncode != 0:
+        print(f"{wheel.name} did not install into {target}", flush=True)
+        return False
+    return True
+
+
+if __name__ == "__main__":  # python3 packaging/llama_build.py [--variants] [--target DIR]: no venv touched
+    parser = argparse.ArgumentParser(description="Build llama-cpp-python's wheel once (cached); "
+                                     "with --target, install it into that folder alone.")
+    parser.add_argument("--variants", action="store_true", help="one CPU backend per CPU class (for a bundle)")
+    parser.add_argument("--target", type=Path, help="install the wheel into this folder (pip --target)")
+    args = parser.parse_args()
+    if args.target is not None:
+        sys.exit(0 if install_into(Path(sys.executable), args.target, args.variants) else 1)
+    path = build_wheel(Path(sys.executable), args.variants)
     print(path or "build failed")
     sys.exit(0 if path else 1)

@@ -103,16 +103,40 @@ def library_dir() -> Path:
     return Path(llama_cpp.__file__).resolve().parent / "lib"
 
 
+_CPU_BACKENDS = ("libggml-cpu-*.so", "ggml-cpu-*.dll", "libggml-cpu-*.dylib")
+
+
+def cpu_backend_dir() -> Path | None:
+    """Where a build made as llama.cpp's releases are (GGML_BACKEND_DL, one CPU backend per CPU
+    class, ggml picking the best this CPU runs) keeps its CPU backends: beside libllama in the
+    bundle, the wheel's `bin` folder in site-packages where pip installed it. None for a build
+    with one CPU backend linked into libggml."""
+    lib = library_dir()
+    for folder in (lib, lib.parent.parent / "bin"):
+        if any(any(folder.glob(pattern)) for pattern in _CPU_BACKENDS):
+            return folder
+    return None
+
+
 def _load_cpu_backends(lib: Any) -> None:
-    """A build made as llama.cpp's releases are (GGML_BACKEND_DL, one CPU backend per CPU class)
-    keeps its backends beside libllama, where llama_backend_init does not look (it searches the
-    executable's folder and the working directory): load the best of them from there."""
-    folder = library_dir()
-    if not any(folder.glob("libggml-cpu-*.so")) and not any(folder.glob("ggml-cpu-*.dll")):
-        return  # one CPU backend linked into libggml
-    ggml = ctypes.CDLL(str(next(folder.glob("libggml.so*"), folder / "libggml.so")))
+    """llama_backend_init looks for loadable backends only in the executable's folder and the
+    working directory: load the CPU backends from where the build keeps them."""
+    folder = cpu_backend_dir()
+    if folder is None:
+        return
+    ggml = _loaded_ggml()
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_load_all_from_path(str(folder).encode())
+
+
+def _loaded_ggml() -> ctypes.CDLL:
+    """The libggml that libllama loaded, by its soname. A wheel holds libggml.so, .so.0 and
+    .so.0.x as copies, not links: opening one by its path would load a second ggml, whose
+    backends libllama never sees ("no backends are loaded")."""
+    if sys.platform.startswith("linux"):
+        return ctypes.CDLL("libggml.so.0", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    name = "libggml.dylib" if sys.platform == "darwin" else "ggml.dll"
+    return ctypes.CDLL(str(library_dir() / name))
 
 
 def system_info() -> str:
@@ -135,7 +159,9 @@ def build_key() -> str:
     """What a probe verdict holds for: this build of the library (its files) and this CPU."""
     digest = hashlib.sha256(version().encode())
     try:
-        for path in sorted(library_dir().glob("*ggml*")) + sorted(library_dir().glob("*llama*")):
+        backends = cpu_backend_dir()
+        files = sorted(library_dir().glob("*ggml*")) + sorted(library_dir().glob("*llama*"))
+        for path in files + (sorted(backends.glob("*ggml-cpu-*")) if backends else []):
             stat = path.stat()
             digest.update(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())
     except OSError:
