@@ -118,6 +118,24 @@ def test_greedy_identity_on_tiny_models(llama_loaded, drafter):
     assert spec.tokens == plain.tokens
 
 
+@pytest.mark.demo
+def test_a_draft_model_as_dear_as_the_main_one_is_declined_before_it_runs(llama_loaded):
+    """The main model's own file as its draft: a drafted token costs a main step (both measured
+    at load), so with the defaults a user gets the schedule never runs it (not even its read of
+    the prompt), the reply is plain decoding's, and the summary says why in one line. (A demo
+    model: a tiny model's steps take microseconds, too few for a curve to mean anything.)"""
+    main = llama_loaded("smollm2-135m")
+    ids = main.tokenizer.encode(PROMPT)
+    plain = run(main, ids, NoDrafter(), max_new_tokens=40, stop_token_ids=())
+    draft_kv = main.kv_model()
+    drafter = ModelDrafter(draft_kv, main.kv_model().vocab_size)
+    assert drafter.token_cost_s() == pytest.approx(draft_kv.step_cost(1))
+    spec = run(main, ids, drafter, max_new_tokens=40, stop_token_ids=())
+    assert spec.tokens == plain.tokens
+    assert spec.n_drafted == 0 and draft_kv.ids == []
+    assert spec.schedule_note.startswith("drafting declined in all") and "a drafted token costs" in spec.schedule_note
+
+
 def test_speculative_sampling_keeps_the_main_distribution(llama_loaded):
     from tests.test_sampling import SAMPLING, always_accept, chi2_pvalue
     from app.engine.loop.sampling import logits_to_probs, speculative_accept

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from app.engine.backends.llamacpp_cost import StepCurve
 from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, expected_tokens
 
 # Step curves measured on the torch int4 kernel (now retired), which computed rows in blocks:
@@ -166,15 +167,33 @@ def test_without_evidence_a_drafter_that_sees_no_copy_starts_with_one_draft():
     assert fresh.length(100, confident=lambda: False) > 1  # evidence now decides
 
 
-def test_the_drafter_is_asked_only_where_its_answer_changes_the_length():
+def test_the_drafter_is_asked_once_a_step_at_most():
+    """Its answer sets the first position's rate (_unsure_rate) and can change the length at
+    every step; a drafter that sees a copy gets its one question per step answered from a cache."""
     asked = []
     drafting = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
     drafting.update(3, 2, GEMMA_INT4_AVX2.cost(4), n_asked=3, draft_s=0.0001)
     assert drafting.length(100, confident=lambda: asked.append(1) or True) > 0
-    assert asked == []
-    drafting.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)  # all accepted: asked once
-    drafting.length(100, confident=lambda: asked.append(1) or True)
     assert asked == [1]
+    drafting.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)  # all accepted
+    drafting.length(100, confident=lambda: asked.append(1) or False)
+    assert asked == [1, 1]
+
+
+def test_first_drafts_where_the_drafter_sees_no_copy_keep_a_rate_of_their_own():
+    """SmolLM2's rewrite reply copies the paragraph and corrects a word now and then: prompt
+    lookup's drafts inside a running copy were accepted, its drafts of 4-8 tokens on the 1-2
+    token matches after each correction all rejected. The first position's rate where the
+    drafter sees no copy is kept apart, so those stop while the copies still draft."""
+    schedule = AdaptiveDraftLength(16, SMOLLM2_LLAMA.cost)
+    for _ in range(6):
+        assert schedule.length(100, confident=lambda: True) > 0
+        schedule.update(6, 6, SMOLLM2_LLAMA.cost(7), n_asked=6, draft_s=0.0)  # a copy, accepted whole
+        k = schedule.length(100, confident=lambda: False)
+        schedule.update(k, 0, SMOLLM2_LLAMA.cost(k + 1), n_asked=k, draft_s=0.0)  # after a correction
+    assert schedule.length(100, confident=lambda: False) == 0
+    assert schedule.length(100, confident=lambda: True) >= 4
+    assert schedule._unsure_rate() < 0.5 < 0.8 < schedule.alpha
 
 
 def test_a_hit_where_the_drafter_sees_no_copy_does_not_force_a_longer_draft():
@@ -191,22 +210,25 @@ def test_a_hit_where_the_drafter_sees_no_copy_does_not_force_a_longer_draft():
     assert after_a_lucky_probe().length(100, confident=lambda: False) <= 1
 
 
-def test_where_the_drafter_sees_no_copy_drafts_reach_at_most_four_times_as_far_as_the_evidence():
+def test_where_the_drafter_sees_no_copy_drafts_reach_one_position_past_the_evidence():
     """One probe accepted lends its rate to every position past it; where prompt lookup sees no
     copy running, that hit was most likely chance (SmolLM2's summary: 15 drafts next, all
-    rejected), so the next draft reaches at most _GROWTH positions."""
+    rejected; on llama.cpp's curves even 4 cost it 0.92x of plain), so the next draft reaches
+    one position further than any evidence."""
     def after_one_hit() -> AdaptiveDraftLength:
         schedule = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
         schedule.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
         return schedule
     assert after_one_hit().length(100, confident=lambda: None) > 4  # a draft model cannot tell
     assert after_one_hit().length(100, confident=lambda: True) > 4
-    assert 1 <= after_one_hit().length(100, confident=lambda: False) <= 4
+    assert 1 <= after_one_hit().length(100, confident=lambda: False) <= 2
     deeper = after_one_hit()
     deeper.update(4, 4, GEMMA_INT4_AVX2.cost(5), n_asked=4, draft_s=0.0001)
-    assert deeper.length(100, confident=lambda: False) <= 16
+    assert 2 <= deeper.length(100, confident=lambda: False) <= 5
 
 
+# SmolLM2 135M Q4_1 on llama.cpp, 2-core Zen 4 (portable AVX2 build): steps of 1, 2, 3, 5, 9 and 17 tokens.
+SMOLLM2_LLAMA = StepCurve({1: 0.00717, 2: 0.01256, 3: 0.01723, 5: 0.02381, 9: 0.03542, 17: 0.06086})
 SMOLLM2_I8HEAD = CostCurve((0.0084, 0.0101, 0.0132, 0.0202, 0.0310))  # SmolLM2 135M int4 + int8 head, AVX-512
 
 
@@ -286,3 +308,67 @@ def test_a_declined_drafter_is_said_in_one_line_with_the_reason():
     short = AdaptiveDraftLength(16)
     short.update(0, 0, 0.01, n_asked=0)
     assert short.declined_note() is None  # too short to tell
+
+
+# A 2-core CPU's llama.cpp curve: a verify of n tokens costs about half a step per extra token.
+CPU_STEP_S = 0.01
+
+
+def cpu_curve(n: int) -> float:
+    return CPU_STEP_S * (1.0 + 0.5 * (n - 1))
+
+
+def _steps_drafted(schedule, n_steps: int, accept, catch_up=lambda: 0.0) -> list[int]:
+    """The lengths a schedule picks over n_steps, accepting accept(k) of each k-token draft."""
+    lengths = []
+    for _ in range(n_steps):
+        k = schedule.length(64, catch_up=catch_up)
+        lengths.append(k)
+        schedule.update(k, accept(k), CPU_STEP_S * (1 + 0.5 * k), n_asked=k, draft_s=0.0)
+    return lengths
+
+
+def test_a_draft_model_as_dear_as_the_main_one_is_never_run():
+    """A draft model priced by its own measured step (0.8 of the main model's per token, the
+    layer-skip draft of SmolLM2 here) does not pay even at the prior's 90% acceptance: no draft
+    from the first step on, no probe while its catch-up costs more than the probe budget, and the
+    note says why in one line."""
+    schedule = AdaptiveDraftLength(16, cpu_curve, draft_token_s=0.8 * CPU_STEP_S)
+    behind = iter(range(10_000))
+    lengths = _steps_drafted(schedule, 400, lambda k: k,  # it would be accepted whole: it is never asked
+                             catch_up=lambda: cpu_curve(60 + next(behind)))
+    assert lengths == [0] * 400
+    note = schedule.declined_note()
+    assert note is not None and "\n" not in note
+    assert note.startswith("drafting declined in all 400 steps: a drafted token costs 0.80x") and "90%" in note
+
+
+def test_a_cheap_draft_model_drafts_from_the_first_step():
+    """Where the draft's measured step is cheap against a flat verify (a GPU), the prior's hopeful
+    acceptance makes drafting pay at once, as llama.cpp's fixed length does."""
+    schedule = AdaptiveDraftLength(16, lambda n: CPU_STEP_S * (1.0 + 0.02 * (n - 1)), draft_token_s=0.05 * CPU_STEP_S)
+    assert schedule.length(64, catch_up=lambda: 1.0) >= 4
+
+
+def test_probes_wait_for_a_catch_up_within_the_probe_budget():
+    """A declined draft model that must read what it skipped probes only where that reading is
+    within the probe budget of the steps since its last probe: never when it costs more per step
+    skipped than the budget, as often as before when it costs nothing."""
+    def run(catch_up_per_token: float) -> int:
+        schedule = AdaptiveDraftLength(16, cpu_curve, draft_token_s=0.05 * CPU_STEP_S)
+        skipped = [0]
+
+        def catch_up() -> float:
+            return skipped[0] * catch_up_per_token * CPU_STEP_S
+
+        probes = 0
+        for _ in range(2000):
+            k = schedule.length(64, catch_up=catch_up)
+            probes += k == 1
+            skipped[0] = 0 if k else skipped[0] + 1
+            schedule.update(k, 0, CPU_STEP_S * (1 + 0.5 * k), n_asked=k, draft_s=0.0)  # every draft rejected
+        return probes
+
+    assert run(0.0) >= 8  # drafts rejected: it backs off to probes now and then
+    assert run(0.01) >= 4  # a cheap catch-up (a GPU's batch) delays probes a little
+    assert run(0.5) == 0  # a CPU's: the catch-up alone is over the budget, whatever the wait

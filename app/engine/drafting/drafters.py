@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from app.engine.seam import KVModelLike as KVModel, first_argmax
+from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.loop.sampling import SamplingParams, logits_to_probs, make_generator, sample, softmax
 
 
@@ -44,9 +44,22 @@ class Drafter:
     def confident(self, context: Sequence[int]) -> bool | None:
         """Whether, at next to no cost, this drafter sees a draft that is likely to be accepted
         now (True: a schedule that has stopped drafting probes at once instead of waiting) or
-        sees none (False: a schedule without evidence yet starts with one draft); None where it
-        cannot tell without drafting (a draft model)."""
+        sees none (False: a schedule without evidence yet starts with one draft, and such
+        steps' first drafts keep an acceptance rate of their own); None where it cannot tell
+        without drafting (a draft model). Asked once a step."""
         return None
+
+    def token_cost_s(self) -> float | None:
+        """Seconds per drafted token once its own model has read the context: a draft model's
+        measured one-token step (llama.cpp measures a model's steps at load). None for a
+        model-free drafter (next to nothing) or where nothing was measured (torch): the
+        schedule then goes by the drafting time the steps show."""
+        return None
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        """Seconds to bring its own model up to `context` before it can draft: a draft model
+        reads what it has not seen (the prompt at first, the reply since it last drafted)."""
+        return 0.0
 
     def finish(self, context: Sequence[int]) -> None:
         """Called once a generation ends, with its whole context (prompt and reply): a drafter
@@ -212,9 +225,16 @@ class ModelDrafter(Drafter):
         self.sampling = SamplingParams()
         self.p_min = 0.0
         self.generator = make_generator(0)
+        self.reading = DraftReading(draft)
 
     def fresh(self) -> Drafter:
         return ModelDrafter(self.draft, self.main_vocab_size, name=self.name)
+
+    def token_cost_s(self) -> float | None:
+        return self.reading.token_cost_s()
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        return self.reading.catch_up_s(context)
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         self.sampling = sampling
@@ -239,6 +259,7 @@ class ModelDrafter(Drafter):
         if max_tokens <= 0:
             return Draft()
         logits = self.draft.sync(context)
+        self.reading.read(len(context))
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         while True:
@@ -255,3 +276,32 @@ class ModelDrafter(Drafter):
             logits = self.draft.feed([token], 1)[0]
         probs = None if self.sampling.greedy or not dists else np.stack(dists)
         return Draft(tuple(tokens), probs)
+
+
+class DraftReading:
+    """What a draft model has read of the context, and what reading the rest would cost, from
+    its measured step curve (`step_cost` seconds of a step feeding n tokens with every row's
+    logits: for catching up, where only the last row's are needed, an upper bound)."""
+
+    def __init__(self, draft: KVModel, same_vocabulary: bool = True) -> None:
+        self.draft = draft
+        # Another vocabulary's cache cannot be compared with the context: until its first draft
+        # it is taken to hold none of it (for a probe's price, the dearer guess).
+        self.same_vocabulary = same_vocabulary
+        self._read: int | None = None  # context tokens in its cache as of its last draft
+
+    def token_cost_s(self) -> float | None:
+        step = getattr(self.draft, "step_cost", None)
+        return float(step(1)) if step is not None else None
+
+    def read(self, n_tokens: int) -> None:
+        self._read = n_tokens
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        step = getattr(self.draft, "step_cost", None)
+        if step is None:
+            return 0.0
+        if self._read is None:  # a new generation: what the shared cache holds of this context
+            self._read = common_prefix_length(self.draft.ids, context) if self.same_vocabulary else 0
+        behind = len(context) - min(self._read, len(context))
+        return float(step(behind)) if behind > 0 else 0.0

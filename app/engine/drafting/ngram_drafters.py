@@ -128,6 +128,12 @@ class LearningDrafter(Drafter):
     def confident(self, context: Sequence[int]) -> bool | None:
         return self.inner.confident(context)
 
+    def token_cost_s(self) -> float | None:
+        return self.inner.token_cost_s()
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        return self.inner.catch_up_s(context)
+
     def finish(self, context: Sequence[int]) -> None:
         self.inner.finish(context)
         self.cache.learn_new(context)

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from app.engine.drafting.drafters import Draft, Drafter
+from app.engine.drafting.drafters import Draft, Drafter, DraftReading
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.loop.sampling import SamplingParams, softmax
 
@@ -234,10 +234,18 @@ class TextDrafter(Drafter):
         self.draft_stop = set(getattr(draft_tokenizer, "all_special_ids", None) or ())
         self.p_min = 0.0
         self.n_tail_mismatch = 0
+        # In main-model tokens: the two vocabularies' counts for a text are close enough for a price.
+        self.reading = DraftReading(draft, same_vocabulary=False)
 
     def fresh(self) -> Drafter:
         return TextDrafter(self.draft, self.draft_codec.tokenizer, self.main_codec.tokenizer,
                            self.main_vocab_size, name=self.name)
+
+    def token_cost_s(self) -> float | None:
+        return self.reading.token_cost_s()
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        return self.reading.catch_up_s(context)
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         # Drafting is always greedy, hence deterministic given the context: the proposal is a
@@ -248,6 +256,7 @@ class TextDrafter(Drafter):
         if max_tokens <= 0 or not context:
             return Draft()
         self.main_text.update(context)
+        self.reading.read(len(context))
         target = self.draft_text.sync(self.main_text.text)
         n_draft = min(max_tokens + EXTRA_DRAFT, self.draft.n_ctx - len(target) - 1)
         if not target or n_draft <= 0:

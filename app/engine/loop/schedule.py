@@ -25,13 +25,17 @@ noticed: every few steps where a probe is cheap, less often where it is not (at 
 _PROBE_BUDGET of the time is spent on probes), and half as often after each probe that was
 rejected, so that text with nothing to copy runs at the speed of plain decoding. A drafter that
 can tell at no cost whether a draft is likely (prompt lookup: is a copy of 8 tokens or more
-running?) is asked where that changes the length: one that sees a copy gets its probe at once,
+running?) is asked once a step: one that sees a copy gets its probe at once,
 whatever the back-off (on Gemma 3 270M's rewrite prompt the back-off had sat out 60 steps of
 16-token matches), and one that sees none starts a reply with one draft instead of the prior's
 many (Drafter.confident); replaying the bench's greedy replies through the schedule with the
 measured curves of the (retired) torch int4 kernel, that raised every prompt's speed or kept it (SmolLM2 chat 0.96 -> 0.98x of
-plain, Gemma rewrite 1.54 -> 2.35x, code-rewrite 2.66 -> 2.78x). Nor does such a drafter get
-drafts over _GROWTH times as far as its evidence reaches. After a step that had every draft
+plain, Gemma rewrite 1.54 -> 2.35x, code-rewrite 2.66 -> 2.78x). Where it sees none, its
+first draft position has a rate of its own (_unsure_rate), and its drafts reach at most one
+position past the evidence; replaying the bench's greedy replies (both demo models, 32, 64 and
+96 tokens) on llama.cpp's measured curves, the slowest of the 30 went from 0.85x of plain
+decoding (SmolLM2's rewrite) to 0.96x, the geometric mean of all from 1.24-1.29x to 1.26-1.30x,
+and one Gemma reply lost 8% (code-rewrite at 96 tokens, 1.54x -> 1.42x). After a step that had every draft
 accepted the next one drafts more (where a longer draft, accepted whole, costs no more per token:
 not one row into a new block of the kernel's rows), its positions up to four times as far
 counted as good as the last accepted one: acceptance comes in runs, and positions beyond a short
@@ -69,11 +73,10 @@ _SEEN_FACTOR = (0.8, 2.0)  # bounds of the measured curve's correction by the st
 
 
 class DraftSchedule(Protocol):
-    def length(self, budget: int, confident: Confidence = None) -> int:
-        """Most tokens to draft at this step (at most `budget`). `confident`, asked only where
-        its answer changes the length (the schedule would not draft, the last step's drafts were
-        all accepted, or it would draft over _GROWTH times as far as any evidence reaches),
-        says whether the drafter sees a likely draft (Drafter.confident)."""
+    def length(self, budget: int, confident: Confidence = None, catch_up: Callable[[], float] | None = None) -> int:
+        """Most tokens to draft at this step (at most `budget`). `confident`, asked once a step
+        at most, says whether the drafter sees a likely draft (Drafter.confident); `catch_up`, asked
+        before a probe, the seconds it needs to read what it skipped (Drafter.catch_up_s)."""
 
     def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
                draft_s: float | None = None) -> None:
@@ -87,7 +90,7 @@ class FixedDraftLength:
     def __init__(self, draft_max: int) -> None:
         self.draft_max = draft_max
 
-    def length(self, budget: int, confident: Confidence = None) -> int:
+    def length(self, budget: int, confident: Confidence = None, catch_up: Callable[[], float] | None = None) -> int:
         return min(self.draft_max, budget)
 
     def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
@@ -98,11 +101,15 @@ class FixedDraftLength:
 class AdaptiveDraftLength:
     """Draft the length with the best expected tokens per second, from measured acceptance and cost."""
 
-    def __init__(self, draft_max: int, verify_cost: Callable[[int], float] | None = None) -> None:
+    def __init__(self, draft_max: int, verify_cost: Callable[[int], float] | None = None,
+                 draft_token_s: float | None = None) -> None:
         """verify_cost(n): seconds of a main-model step feeding n tokens, as measured for the
-        plan (CostCurve.cost), the prior for the cost of drafting until the steps show it."""
+        plan (CostCurve.cost), the prior for the cost of drafting until the steps show it.
+        draft_token_s: seconds per drafted token of a draft model, from its own measured step
+        (Drafter.token_cost_s); with verify_cost it prices drafting from the first step on."""
         self.draft_max = draft_max
         self._verify_cost = verify_cost
+        self._draft_token_s = draft_token_s
         self._failed_probes = 0
         # Per draft position i: decayed counts of "reached" (every earlier draft accepted) and
         # "accepted". Acceptance is bursty - once a copied passage starts, the next tokens are
@@ -118,6 +125,10 @@ class AdaptiveDraftLength:
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
         self.n_steps = self.n_drafting_steps = self.n_empty_asks = 0
         self._seen_drafted = self._seen_accepted = 0
+        # Decayed (accepted, reached) of the first draft position in steps where the drafter saw
+        # no copy running, and whether the step now verified was one: its own rate (_unsure_rate).
+        self._unsure = [0.0, 0.0]
+        self._step_unsure = False
 
     def rates(self) -> list[float]:
         """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
@@ -148,11 +159,21 @@ class AdaptiveDraftLength:
             slope = self._fit.relative_slope(default=None)
             if slope is not None:
                 return 1.0 + slope * k
-        verify = self._verify_relative(k)
+        return self._verify_relative(k) + self._drafting_relative(k)
+
+    def _drafting_relative(self, k: int) -> float:
+        """Drafting k tokens against a step of none: a draft model's measured step where it has
+        one (measured beside the main model's curve, so one factor corrects both), else the
+        drafting time seen in the steps. The seen time mixes in a draft model's reading of what
+        it skipped while drafting paused (catch_up), which is priced on its own."""
+        if k <= 0:
+            return 0.0
+        if self._draft_token_s is not None and self._verify_cost is not None:
+            return k * self._draft_token_s / self._verify_cost(1) * self.curve_factor()
         plain = self._plain_s.value()
-        if plain and k > 0 and self._draft_fit.w:
-            verify += max(self._draft_fit.predict(k), 0.0) / plain
-        return verify
+        if plain and self._draft_fit.w:
+            return max(self._draft_fit.predict(k), 0.0) / plain
+        return 0.0
 
     def _verify_relative(self, k: int) -> float:
         if self._verify_cost is not None:
@@ -187,11 +208,12 @@ class AdaptiveDraftLength:
         after a run of 15 made each step of a long copied passage dearer per token than the run
         before it. None (0) where the budget is no longer than the run: the curve picks the
         length within it (forcing all 8 drafts left after a run of 15 verified 9 rows, a new
-        block, where 7 fill one)."""
+        block, where 7 fill one); None too where the run's step, accepted whole, cost more per
+        token than a plain step (a draft model as dear as the main one, after a lucky probe)."""
         grown = run + 1
-        if grown > k_max:
-            return 0
         per_token = self.relative_cost(run) / (run + 1)
+        if grown > k_max or per_token >= 1.0:  # or even accepted whole, such drafts lose to plain steps
+            return 0
         if any(self.relative_cost(k) / (k + 1) <= per_token for k in range(grown, k_max + 1)):
             return grown
         return run
@@ -211,11 +233,16 @@ class AdaptiveDraftLength:
         cheapest = max(_PROBE_EVERY, math.ceil((cost - 1.0) / _PROBE_BUDGET))
         return min(cheapest << min(self._failed_probes, 8), _PROBE_MAX_INTERVAL)
 
-    def length(self, budget: int, confident: Confidence = None) -> int:
+    def length(self, budget: int, confident: Confidence = None, catch_up: Callable[[], float] | None = None) -> int:
+        """As DraftSchedule.length; `catch_up`, asked only before a probe, gives the seconds the
+        drafter needs to read what it skipped since it last drafted (Drafter.catch_up_s)."""
         k_max = min(self.draft_max, budget)
-        # The drafter is asked once a step at most, and only where its answer changes the length.
+        # The drafter is asked once a step at most.
         sees_copy = functools.cache(confident) if confident is not None else lambda: None
         rates, run = self.rates(), self._all_accepted
+        self._step_unsure = sees_copy() is False
+        if self._step_unsure and rates:
+            rates[0] = self._unsure_rate()
         if run and sees_copy() is False:
             # Every draft was accepted, but the drafter sees no copy running (prompt lookup on a
             # match of a token or two): a chance hit, not the start of a run to draft far into.
@@ -230,14 +257,16 @@ class AdaptiveDraftLength:
                 rates[i] = max(rates[i], rates[run - 1])
         k_min = self._grown_min(run, k_max) if run else 0
         best = best_length_for(rates, self.relative_cost, k_max, k_min=k_min)
-        seen = max(_GROWTH * self._depth_seen(), 1)
-        if best > seen and sees_copy() is False:
+        seen = self._depth_seen() + 1
+        if best > seen and self._step_unsure:
             # The drafter sees no copy (prompt lookup on a 1-2 token match), and the length would
-            # reach far past the positions any evidence is about, on rates they borrow from the
-            # last one seen (the hopeful prior where nothing is): most likely a chance match.
-            # At most _GROWTH times as far as seen (one draft where nothing is), as after a
-            # step accepted whole. Replaying the bench's greedy replies this lifted SmolLM2's
-            # summary from 0.94x to 1.01x of plain decoding (after one lucky probe it drafted 15).
+            # reach past the positions any evidence is about, on rates they borrow from the last
+            # one seen (the hopeful prior where nothing is): most likely a chance match. At most
+            # one position further than seen (one draft where nothing is). Replaying the bench's
+            # greedy replies on the retired torch kernel's curves, a cap of 4x as far lifted
+            # SmolLM2's summary from 0.94x to 1.01x (after one lucky probe it drafted 15); on
+            # llama.cpp's curves (2 tokens 1.75x one) the 4-token draft after a lucky probe
+            # still cost 0.92x, one position further 0.96x.
             best = best_length_for(rates, self.relative_cost, min(k_max, seen))
         if best == 0 and budget > 0 and k_max > 0:
             # A drafter that sees a copy running (prompt lookup, at no cost) earns a probe now:
@@ -246,10 +275,33 @@ class AdaptiveDraftLength:
                 self._idle_steps = 0
                 return min(_CONFIDENT_PROBE, k_max)
             self._idle_steps += 1
-            if self._idle_steps >= self.probe_interval():
+            if self._idle_steps >= self.probe_interval() and self._probe_affordable(catch_up):
                 self._idle_steps = 0
                 return 1
         return best
+
+    def _unsure_rate(self) -> float:
+        """P(the first draft is accepted) where the drafter sees no copy running. Prompt lookup's
+        match of a token or two where a copy has just ended (a word the reply corrected) is
+        mostly wrong, where a running copy's next token is mostly right; one rate for both,
+        raised by the copies, drafted 4-8 tokens after each correction of SmolLM2's rewrite
+        reply, all rejected (0.85x of plain decoding in a replay on llama.cpp's curves, 0.87x
+        measured; 1.00x with this rate). Without such steps it is the rate of all steps."""
+        accepted, reached = self._unsure
+        weight = sum(_PRIOR_ALPHA)  # until such steps are seen, the first position's rate of all steps
+        return (accepted + weight * self.alpha) / (reached + weight)
+
+    def _probe_affordable(self, catch_up: Callable[[], float] | None) -> bool:
+        """Whether a probe now, with what the drafter must first read, keeps probes within
+        _PROBE_BUDGET of the steps since the last one. A draft model that skipped the steps since
+        it last drafted reads them all before it drafts one token: on a 2-core CPU, where
+        llama.cpp reads a batch at about half a step per token, that costs more than any budget
+        of the time gives, and the probes of a declined draft model (a second read of the prompt
+        and every catch-up) had made its replies 6-24% slower than plain decoding."""
+        if catch_up is None or self._verify_cost is None:
+            return True
+        probe = self.relative_cost(1) - 1.0 + catch_up() / self._verify_cost(1)
+        return probe <= _PROBE_BUDGET * self._idle_steps
 
     def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
                draft_s: float | None = None) -> None:
@@ -284,6 +336,8 @@ class AdaptiveDraftLength:
         for i in range(self.draft_max):  # stale positions drift back towards the prior
             self.reached[i] *= _TRIAL_DECAY
             self.accepted[i] *= _TRIAL_DECAY
+        if self._step_unsure:
+            self._unsure = [self._unsure[0] * _TRIAL_DECAY + float(n_accepted > 0), self._unsure[1] * _TRIAL_DECAY + 1.0]
         for i in range(min(n_accepted + 1, n_drafted, self.draft_max)):
             self.reached[i] += 1.0
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
@@ -298,6 +352,12 @@ class AdaptiveDraftLength:
         if self.n_empty_asks * 2 >= self.n_steps:
             return (f"the drafter had nothing to propose in {self.n_empty_asks} of {self.n_steps} steps "
                     "(nothing earlier to copy), so this reply ran at plain decoding's speed")
+        if not self._seen_drafted and self._draft_token_s is not None and self._verify_cost is not None:
+            hopeful = best_length_for([0.9] * self.draft_max, self.relative_cost, self.draft_max) == 0
+            return (f"drafting declined in all {self.n_steps} steps: a drafted token costs "
+                    f"{self._drafting_relative(1):.2f}x a main-model token here and a verify of 4 drafts "
+                    f"{self._verify_relative(4):.1f}x, so plain decoding was faster"
+                    + (" even at 90% acceptance" if hopeful else ""))
         seen = (f"{self._seen_accepted / self._seen_drafted:.0%} of {self._seen_drafted} drafted tokens were "
                 "accepted" if self._seen_drafted else "the drafter proposed nothing")
         return (f"drafting declined in {self.n_steps - self.n_drafting_steps} of {self.n_steps} steps: a verify "

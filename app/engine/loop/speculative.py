@@ -163,8 +163,8 @@ def generate(
     detok = IncrementalDetokenizer(tokenizer, prompt_ids)
     stops = StopMatcher(settings.stop_strings)
     counters = _Counters()
-    schedule = (AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None)) if settings.adaptive_draft
-                else FixedDraftLength(settings.draft_max))
+    schedule = (AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None), drafter.token_cost_s())
+                if settings.adaptive_draft else FixedDraftLength(settings.draft_max))
 
     t_start = time.monotonic()
     n_reused = min(common_prefix_length(main.ids, prompt_ids), len(prompt_ids) - 1)
@@ -220,7 +220,7 @@ def generate(
         budget = schedule.length(min(
             settings.max_new_tokens - len(generated) - 1,
             main.n_ctx - len(context) - 1,
-        ), confident=lambda: drafter.confident(context))
+        ), confident=lambda: drafter.confident(context), catch_up=lambda: drafter.catch_up_s(context))
         t0 = time.monotonic()
         draft = drafter.propose(context, budget) if budget >= max(1, settings.draft_min) else Draft()
         if len(draft) < settings.draft_min or len(draft) > max(budget, 0):
