@@ -276,6 +276,26 @@ def test_no_draft_speed_becomes_the_charts_reference(qtbot, data_dir, tiny_paths
     assert line.isVisible() and line.value() == pytest.approx(summary["decode_tps"])
 
 
+@pytest.mark.demo
+def test_a_declined_draft_model_is_said_under_the_reply(qtbot, data_dir, tmp_path):
+    """SmolLM2 with a draft of 25 of its own 30 layers: a drafted token costs 5/6 of a main step,
+    so the schedule never runs it, and the window says why under the reply, as `run` does."""
+    from app.engine.gguf.layer_draft import default_layers, write_layer_draft
+    from app.hub.builtin import builtin_path
+
+    main = builtin_path("smollm2-135m")
+    draft = tmp_path / "smollm2-25-of-30.gguf"
+    write_layer_draft(main, default_layers(30), draft)
+    window = open_window(qtbot)
+    add_models(qtbot, window, [draft])
+    load_pair(qtbot, window, main, MODEL, draft)
+    summary = send(qtbot, window, "Name three colours.", GenSettings(temperature=0.0, max_tokens=24))
+    assert summary["n_drafted"] == 0
+    assert summary["schedule_note"].startswith("drafting declined in all"), summary["schedule_note"]
+    assert summary["schedule_note"] in visible_text(window)
+    shot(window, "declined-draft-model")
+
+
 def test_restart_restores_history_and_settings(qtbot, data_dir, tiny_paths):
     window = open_window(qtbot)
     main = tiny_paths["llama-f32"]

@@ -23,14 +23,16 @@ ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
 def ending_note(message: Any) -> str:
-    """The grey line under a reply: its stats, or why there are none."""
+    """The grey lines under a reply: its stats, or why there are none; and where the schedule
+    declined to draft, why (RunSummary.schedule_note), on a line of its own."""
     if not message.complete:
         return "partial reply: generation was interrupted"
     if message.stats and message.stats.get("stop_reason") == "error":
         return f"stopped by an error: {message.stats.get('error', 'unknown')}"
     if message.stats:
-        line = stats_line(message.stats)
-        return line or "no stats"
+        line = stats_line(message.stats) or "no stats"
+        declined = message.stats.get("schedule_note")
+        return f"{line}\n{declined}" if isinstance(declined, str) and declined else line
     return ""
 
 
@@ -115,7 +117,8 @@ class ConversationView(QTextBrowser):
             note = ending_note(message)
             if note:
                 cursor.insertBlock(_note_block_format(), QTextCharFormat())
-                cursor.insertHtml(f"<span style='color:{self.theme.muted}; font-size:small'>{html.escape(note)}</span>")
+                lines = "<br>".join(html.escape(line) for line in note.split("\n"))
+                cursor.insertHtml(f"<span style='color:{self.theme.muted}; font-size:small'>{lines}</span>")
 
     def _header_html(self, message: Any) -> str:
         title = ROLE_TITLES.get(message.role, message.role)
