@@ -61,7 +61,9 @@ def cmd_bench_pair(args: argparse.Namespace) -> int:
     from app.engine.loader import load_model
     from app.engine.loop.chat import render_prompt
 
-    lengths = _lengths(args.draft_n)
+    from app.compare.choices import parse_lengths
+
+    lengths = list(parse_lengths(args.draft_n, "--draft-n", most=64)) or [4]
     names = [p.strip() for p in args.prompts.split(",") if p.strip()]
     unknown = [p for p in names if p not in PROMPTS]
     if unknown or not names:
@@ -110,16 +112,6 @@ def _judge(main: Any, n_ctx: int) -> Callable[[list[int], list[int], list[int]],
         return f"{'tie' if found.at_near_tie else 'NO'}@{found.index}"
 
     return judge
-
-
-def _lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise SystemExit(f"specula: error: --draft-n takes lengths such as 4 or 2,4,8 (got {text!r})") from None
-    if any(k < 1 or k > 64 for k in lengths):
-        raise SystemExit("specula: error: draft lengths must be between 1 and 64")
-    return lengths
 
 
 def _rows(args: argparse.Namespace, main: Any, draft: Any, lengths: list[int], threads: int, n_ctx: int) -> list[Row]:

@@ -28,16 +28,17 @@ def parse_drafts(value: str) -> list[str]:
     return [NONE] + [n for i, n in enumerate(names) if n != NONE and n not in names[:i]]
 
 
-def parse_lengths(value: str | None) -> tuple[int, ...]:
-    """--draft-max "4,8,16" -> (4, 8, 16); None or "" -> () (the adaptive default)."""
+def parse_lengths(value: str | None, flag: str = "--draft-max", most: int | None = None) -> tuple[int, ...]:
+    """--draft-max "4,8,16" -> (4, 8, 16); None or "" -> () (the adaptive default). `flag` names
+    the option in the one-line error; `most` bounds each length."""
     if not value:
         return ()
     try:
         lengths = tuple(dict.fromkeys(int(v) for v in value.split(",") if v.strip()))
     except ValueError as exc:
-        raise SpeculaError(f"--draft-max takes whole numbers separated by commas, not {value!r}") from exc
-    if not lengths or min(lengths) < 1:
-        raise SpeculaError("--draft-max lengths must be at least 1")
+        raise SpeculaError(f"{flag} takes whole numbers separated by commas, not {value!r}") from exc
+    if not lengths or min(lengths) < 1 or (most is not None and max(lengths) > most):
+        raise SpeculaError(f"{flag} lengths must be at least 1" + (f" and at most {most}" if most else ""))
     return lengths
 
 
