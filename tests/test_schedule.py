@@ -296,7 +296,13 @@ def test_a_declined_drafter_is_said_in_one_line_with_the_reason():
         costly.update(1, 0, 0.02, n_asked=1, draft_s=0.0)
     note = costly.declined_note()
     assert note is not None and "\n" not in note
-    assert note.startswith("drafting declined in 20 of 20 steps") and "0% of 20 drafted tokens" in note
+    assert note.startswith("drafting declined in all 20 steps") and "0% of 20 drafted tokens" in note
+    few = AdaptiveDraftLength(16, verify_cost=lambda n: 0.01 * n)
+    for i in range(20):  # a copy drafted in 3 steps, mostly accepted; plain steps elsewhere
+        few.update(6, 5, 0.07, n_asked=6, draft_s=0.0) if i % 7 == 0 else few.update(0, 0, 0.01, n_asked=0)
+    note = few.declined_note()
+    assert note.startswith("drafted in 3 of 20 steps (83% of 18 drafted tokens were accepted)"), note
+    assert "plain decoding was faster" not in note
     empty = AdaptiveDraftLength(16)
     for _ in range(20):  # asked for 4 drafts at each step, the drafter found nothing to copy
         empty.update(0, 0, 0.01, n_asked=4, draft_s=0.0)

@@ -346,7 +346,7 @@ class AdaptiveDraftLength:
         """One line saying why drafting happened in fewer than a quarter of the steps (None where
         it happened more, or the reply was too short to tell): the drafter had nothing to propose,
         or the measured price of a verify here against the acceptance seen made plain decoding
-        the faster choice."""
+        the faster choice (everywhere, or everywhere but the few steps it drafted in)."""
         if self.n_steps < min_steps or self.n_drafting_steps * 4 >= self.n_steps:
             return None
         if self.n_empty_asks * 2 >= self.n_steps:
@@ -360,8 +360,11 @@ class AdaptiveDraftLength:
                     + (" even at 90% acceptance" if hopeful else ""))
         seen = (f"{self._seen_accepted / self._seen_drafted:.0%} of {self._seen_drafted} drafted tokens were "
                 "accepted" if self._seen_drafted else "the drafter proposed nothing")
-        return (f"drafting declined in {self.n_steps - self.n_drafting_steps} of {self.n_steps} steps: a verify "
-                f"of 4 drafts costs {self.relative_cost(4):.1f}x a token here and {seen}, so plain decoding was faster")
+        if self.n_drafting_steps:  # it drafted where that paid: not a verdict against drafting
+            return (f"drafted in {self.n_drafting_steps} of {self.n_steps} steps ({seen}): a verify of 4 drafts "
+                    f"costs {self.relative_cost(4):.1f}x a token here, so it drafted only where acceptance made that pay")
+        return (f"drafting declined in all {self.n_steps} steps: a verify of 4 drafts costs "
+                f"{self.relative_cost(4):.1f}x a token here and {seen}, so plain decoding was faster")
 
 
 def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,
