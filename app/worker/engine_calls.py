@@ -216,21 +216,26 @@ def decode_settings(settings: GenSettings):
 
 
 def device_facts() -> dict[str, Any]:
-    """Is there a GPU torch can use, its name and memory, and the dtype each device loads in."""
+    """Is there a GPU torch can use, its name and memory, and the dtype each device loads in.
+    Where no GPU can be there (no GPU device node on Linux) torch is not imported: about a
+    second of the window's start, before its first load."""
+    from app.engine.backends.choose import gpu_possible, llama_cpp_problem
+
+    facts: dict[str, Any] = {
+        "gpu": None, "name": None, "total_bytes": None, "free_bytes": None, "reason": None,
+        # Where llama.cpp runs (auto's choice) it keeps the file's own types ("gguf"); torch, the
+        # fallback, dequantizes to float32 on the CPU.
+        "cpu_dtype": "gguf" if llama_cpp_problem() is None else "float32", "gpu_dtype": None,
+    }
+    if not gpu_possible():
+        facts["reason"] = "no GPU: this machine has no GPU device"
+        return facts
     import torch
 
     from app.engine.backends.torch_device import auto_dtype, available_gpu
 
-    from app.engine.backends.choose import llama_cpp_problem
-
     gpu = available_gpu()
-    facts: dict[str, Any] = {
-        "gpu": gpu, "name": None, "total_bytes": None, "free_bytes": None, "reason": None,
-        # Where llama.cpp runs (auto's choice) it keeps the file's own types ("gguf"); torch, the
-        # fallback, dequantizes to float32 on the CPU.
-        "cpu_dtype": "gguf" if llama_cpp_problem() is None else "float32",
-        "gpu_dtype": str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None,
-    }
+    facts.update(gpu=gpu, gpu_dtype=str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None)
     if gpu == "cuda":
         facts["name"] = torch.cuda.get_device_name(0)
         free, total = torch.cuda.mem_get_info()

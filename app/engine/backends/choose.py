@@ -84,7 +84,7 @@ def _fallback(reason: str) -> BackendChoice:
 def _torch_gpu() -> str | None:
     """The GPU torch sees, if any; None at once where none can be there, without importing torch
     (about a second, most of a llama.cpp run's start)."""
-    if not _gpu_possible():
+    if not gpu_possible():
         return None
     from app.engine.backends.torch_device import available_gpu
 
@@ -95,7 +95,7 @@ def _torch_gpu() -> str | None:
 _GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 
-def _gpu_possible() -> bool:
+def gpu_possible() -> bool:
     """Whether this machine may have a GPU torch can use: a Mac (MPS), Windows (no device nodes to
     look at), or a Linux GPU's device node."""
     return sys.platform in ("darwin", "win32") or any(os.path.exists(node) for node in _GPU_NODES)
