@@ -173,3 +173,24 @@ def test_self_test_command_runs_the_real_window_and_saves_a_screenshot(tmp_path)
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / "00-self-test.png").write_bytes(out.read_bytes())
+
+
+@pytest.mark.demo
+def test_the_window_on_llama_cpp_never_imports_torch(tmp_path):
+    """Where no GPU can be there, the window's whole self-test (start, library, load, a drafted
+    reply, the charts) never imports torch: importing it was a second of the window's start
+    before its first load. (transformers stays: its chat-template renderer renders the chat's
+    prompt, half a second to import before the first reply; it looks for torch without importing it.)"""
+    from app.engine.backends.choose import gpu_possible
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    if gpu_possible():
+        pytest.skip("a GPU may be here: the window asks torch for it")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECULA_DATA_DIR": str(tmp_path / "data")}
+    then_check = ("import sys\nfrom app.cli import main\ncode = main(sys.argv[1:])\n"
+                  "sys.exit(code or ('torch was imported' if 'torch' in sys.modules else 0))\n")
+    result = subprocess.run([sys.executable, "-c", then_check, "--self-test", str(tmp_path / "shot.png")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1].startswith("self-test ok: smollm2-135m + prompt lookup")
