@@ -82,31 +82,27 @@ def ensure_llama(python: Path, variants: bool = False) -> bool:
     installed. False, after one line saying so, where it cannot be built."""
     if installed(python):
         return True
-    wheel = build_wheel(python, variants)
-    if wheel is None:
-        print(f"llama.cpp could not be built here (see {wheel_dir(variants) / 'build.log'}); "
-              "Specula will run models on torch", flush=True)
-        return False
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", str(wheel)]
-    print("+", " ".join(cmd), flush=True)
-    if subprocess.run(cmd).returncode != 0:
-        print("llama.cpp's wheel could not be installed; Specula will run models on torch", flush=True)
-        return False
-    return True
+    return _install_built(python, variants, [], "; Specula will run models on torch")
 
 
 def install_into(python: Path, target: Path, variants: bool = False) -> bool:
     """The wheel (built once) installed into the folder `target` alone, not into an environment:
     what a bundle takes its llama.cpp from. False, after one line saying why, where it cannot."""
+    shutil.rmtree(target, ignore_errors=True)
+    return _install_built(python, variants, ["--quiet", "--no-deps", "--target", str(target)], "")
+
+
+def _install_built(python: Path, variants: bool, pip_args: list[str], consequence: str) -> bool:
+    """Build the wheel (once) and pip-install it with `pip_args`; one line ending in
+    `consequence` where either step fails."""
     wheel = build_wheel(python, variants)
     if wheel is None:
-        print(f"llama.cpp could not be built here (see {wheel_dir(variants) / 'build.log'})", flush=True)
+        print(f"llama.cpp could not be built here (see {wheel_dir(variants) / 'build.log'}){consequence}", flush=True)
         return False
-    shutil.rmtree(target, ignore_errors=True)
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "--no-deps",
-           "--target", str(target), str(wheel)]
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_args, str(wheel)]
+    print("+", " ".join(cmd), flush=True)
     if subprocess.run(cmd).returncode != 0:
-        print(f"{wheel.name} did not install into {target}", flush=True)
+        print(f"llama.cpp's wheel could not be installed{consequence}", flush=True)
         return False
     return True
 

@@ -215,7 +215,20 @@ class _TokenIndex:
             yield positions[i]
 
 
-class ModelDrafter(Drafter):
+class DraftModelDrafter(Drafter):
+    """A drafter that runs a draft model of its own (`reading`, a DraftReading of it): priced by
+    that model's measured step and by what it must read before it drafts."""
+
+    reading: DraftReading
+
+    def token_cost_s(self) -> float | None:
+        return self.reading.token_cost_s()
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        return self.reading.catch_up_s(context)
+
+
+class ModelDrafter(DraftModelDrafter):
     """A small model of the same vocabulary drafts autoregressively with its own KV cache."""
 
     def __init__(self, draft: KVModel, main_vocab_size: int, name: str = "draft") -> None:
@@ -229,12 +242,6 @@ class ModelDrafter(Drafter):
 
     def fresh(self) -> Drafter:
         return ModelDrafter(self.draft, self.main_vocab_size, name=self.name)
-
-    def token_cost_s(self) -> float | None:
-        return self.reading.token_cost_s()
-
-    def catch_up_s(self, context: Sequence[int]) -> float:
-        return self.reading.catch_up_s(context)
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         self.sampling = sampling

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from app.engine.drafting.drafters import Draft, Drafter, DraftReading
+from app.engine.drafting.drafters import Draft, Drafter, DraftModelDrafter, DraftReading
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.loop.sampling import SamplingParams, softmax
 
@@ -216,7 +216,7 @@ def main_tokens_for(codec: Codec, tail_ids: Sequence[int], tail_text: str, draft
     return new_full[: common_prefix_length(new_full, new_short)]
 
 
-class TextDrafter(Drafter):
+class TextDrafter(DraftModelDrafter):
     """A draft model with another tokenizer drafts through text (see the module's docstring)."""
 
     text_level = True
@@ -240,12 +240,6 @@ class TextDrafter(Drafter):
     def fresh(self) -> Drafter:
         return TextDrafter(self.draft, self.draft_codec.tokenizer, self.main_codec.tokenizer,
                            self.main_vocab_size, name=self.name)
-
-    def token_cost_s(self) -> float | None:
-        return self.reading.token_cost_s()
-
-    def catch_up_s(self, context: Sequence[int]) -> float:
-        return self.reading.catch_up_s(context)
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         # Drafting is always greedy, hence deterministic given the context: the proposal is a
