@@ -2,9 +2,14 @@
 needs): the draft-length schedule's prior (app.engine.loop.schedule), measured once per model, build,
 thread count and CPU, and cached.
 
-On a 2-core AVX2 CPU llama.cpp's batches cost nearly linearly in n (Gemma 3 270M: 17 tokens
-7.7-12.6x one; facts.md), which caps what any drafter can gain; on a GPU or a wide CPU a verify
-costs little more than a token. The schedule drafts only where the measured curve makes it pay.
+On a 2-core CPU llama.cpp's short batches cost nearly linearly in n (Gemma 3 270M: 17 tokens
+7.7-12.6x one; facts.md), but the price per token keeps falling past that (llama.cpp switches to
+its batched matrix kernels: 2 tokens 2.1x one, 3 tokens 3.35x, 9 tokens 4.65x on a Zen 4), so the
+curve is measured out to 65 tokens: the schedule drafts long where a long copy or a learned
+continuation supports it. On a GPU or a wide CPU a verify costs little more than a token.
+
+The cache is a file the app reads: a damaged entry (keys that are not plain numbers, two keys for
+one length, durations that are no measurement) is ignored and the curve measured again.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from app.engine.atomic import read_json_object, write_json_object
 
 log = logging.getLogger(__name__)
 
-POINTS = (1, 2, 3, 5, 9, 17)
+POINTS = (1, 2, 3, 5, 9, 17, 33, 65)
+_CURVE_VERSION = "2"  # in the cache key: curves measured to fewer points are measured again
 _CONTEXT = 64
 _REPEATS = 3
+_MIN_STEP_S, _MAX_STEP_S = 1e-6, 600.0  # a cached step outside these is no measurement
+_MAX_POINT = 4096
 
 
 class StepCurve:
@@ -84,31 +92,42 @@ def cache_file() -> Path:
 def _key(weights, build: str) -> str:
     path = weights.path
     stat = path.stat()
-    text = f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}:{weights.settings}:{weights.n_gpu_layers}:{build}"
+    text = (f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}:{weights.settings}:{weights.n_gpu_layers}:{build}"
+            f":v{_CURVE_VERSION}")
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _valid(points: object) -> dict[int, float] | None:
-    """Cached points, or None where anything in them is not a positive finite duration."""
+    """Cached points, or None where anything in them is not what `store` writes: keys that are
+    the plain decimal numbers 1..4096 ("01" or "²" are not), one of them 1, durations between a
+    microsecond and ten minutes."""
     if not isinstance(points, dict) or len(points) < 2:
         return None
     out: dict[int, float] = {}
     for n, s in points.items():
-        if not (isinstance(n, str) and n.isdigit() and isinstance(s, (int, float)) and math.isfinite(s) and s > 0):
+        if not (isinstance(n, str) and n.isascii() and n.isdigit() and str(int(n)) == n and 1 <= int(n) <= _MAX_POINT):
+            return None
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not _MIN_STEP_S <= s <= _MAX_STEP_S:
             return None
         out[int(n)] = float(s)
-    return out
+    return out if 1 in out else None
 
 
 def step_curve(weights, build: str, cancel: Callable[[], bool] | None = None) -> StepCurve:
     """The cached curve for this model, build, settings and CPU, or measured now and cached."""
     cached = read_json_object(cache_file())
-    points = _valid(cached.get(_key(weights, build)))
+    key = _key(weights, build)
+    points = _valid(cached.get(key))
     if points is not None:
         return StepCurve(points)
+    damaged = cached.pop(key, None) is not None
+    if damaged:
+        log.warning("llama.cpp's cached step costs for %s were damaged: measured again", weights.path.name)
     curve, steady = measure(weights, cancel)
     if not steady:
         log.info("the CPU was busy while llama.cpp's steps were measured: not cached, measured again next load")
+        if damaged:
+            _write(cached)  # the damaged entry goes either way
         return curve
     log.info("llama.cpp step costs for %s: %s", weights.path.name,
              ", ".join(f"{n}: {s * 1000:.1f} ms" for n, s in curve.points.items()))
@@ -120,6 +139,10 @@ def store(weights, build: str, curve: StepCurve, cached: dict | None = None) -> 
     """Keep this curve for the model, build, settings and CPU (replacing an older one)."""
     cached = read_json_object(cache_file()) if cached is None else cached
     cached[_key(weights, build)] = {str(n): s for n, s in curve.points.items()}
+    _write(cached)
+
+
+def _write(cached: dict) -> None:
     try:
         write_json_object(cache_file(), cached)
     except OSError as exc:
