@@ -15,7 +15,8 @@ another requirement, e.g. a CUDA build's, to choose). An existing torch is never
 llama.cpp (llama-cpp-python), which runs the models: built once from source, portably, and kept
 as a wheel (packaging/llama_build.py); if it cannot be built the app runs its models on torch.
 Its self-test runs once here, so that a build that crashes on this CPU is known before the
-window opens.
+window opens. llama.cpp's own llama-server and rpc-server are built from the same source and put
+beside the environment's python; without them Specula runs its own engine only.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def ensure_environment() -> None:
     pip("--no-deps", *NO_DEPS_PACKAGES)
     if has_llama:
         self_test_llama()
+        llama_build.install_programs(venv_python())  # llama-server, rpc-server: one line where they fail
     STAMP.write_text(fingerprint)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 
 import pytest
 
 from app.engine.backends.llamacpp_cost import StepCurve
-from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, expected_tokens
+from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, best_length_for, expected_tokens
 
 # Step curves measured on the torch int4 kernel (now retired), which computed rows in blocks:
 # between its points a step costs what the later point does. Kept as the schedule's hardest case.
@@ -142,17 +144,19 @@ def _rejecting(schedule: AdaptiveDraftLength, steps: int) -> None:
         schedule.update(k, 0, GEMMA_INT4_AVX2.cost(k + 1), n_asked=k, draft_s=0.0001 if k else None)
 
 
-def test_a_confident_drafter_gets_a_probe_at_once_after_rejections():
+def test_a_confident_drafter_gets_a_draft_at_once_after_rejections():
     """Rejected probes back off for dozens of steps; a drafter that sees a copy running (prompt
-    lookup) gets its probe at once, and one that does not, or cannot tell, waits as before."""
+    lookup) gets a draft at once, of the length a copy's acceptance makes pay on the curve, and
+    one that does not, or cannot tell, waits as before."""
     schedule = AdaptiveDraftLength(16, GEMMA_INT4_AVX2.cost)
     _rejecting(schedule, 12)
     assert schedule.probe_interval() > 20
     assert [schedule.length(100, confident=lambda: False) for _ in range(5)] == [0] * 5
     assert [schedule.length(100, confident=lambda: None) for _ in range(5)] == [0] * 5
-    assert schedule.length(100, confident=lambda: True) == 1
-    schedule.update(1, 1, GEMMA_INT4_AVX2.cost(2), n_asked=1, draft_s=0.0001)
-    assert schedule.length(100) > 1  # the hit grows the next draft
+    k = schedule.length(100, confident=lambda: True)
+    assert k == best_length_for([0.9] * 16, schedule.relative_cost, 16) > 0
+    schedule.update(k, k, GEMMA_INT4_AVX2.cost(k + 1), n_asked=k, draft_s=0.0001)
+    assert schedule.length(100) >= k  # the hit keeps it drafting (7 rows fill a block of this curve)
 
 
 def test_without_evidence_a_drafter_that_sees_no_copy_starts_with_one_draft():
@@ -378,3 +382,48 @@ def test_probes_wait_for_a_catch_up_within_the_probe_budget():
     assert run(0.0) >= 8  # drafts rejected: it backs off to probes now and then
     assert run(0.01) >= 4  # a cheap catch-up (a GPU's batch) delays probes a little
     assert run(0.5) == 0  # a CPU's: the catch-up alone is over the budget, whatever the wait
+
+
+# Gemma 3 270M on llama.cpp, 2-core Zen 4 (`specula calibrate`): not convex, llama.cpp changes
+# kernels with the batch size: 3 tokens is the dearest per token, long batches are cheap.
+GEMMA_ZEN4 = StepCurve({1: 1.0, 2: 2.10, 3: 3.35, 5: 3.85, 9: 4.65, 17: 7.26, 33: 12.0, 65: 22.0})
+
+
+def test_a_copy_on_a_curve_with_a_dip_drafts_where_the_curve_pays():
+    """A copy running where one or two drafts cannot pay (2 tokens cost 2.1x one, 3 tokens
+    3.35x: 35 of 35 two-token drafts accepted ran at 0.91x of plain) drafts a length that does."""
+    schedule = AdaptiveDraftLength(64, GEMMA_ZEN4.cost)
+    k = schedule.length(100, confident=lambda: True)
+    assert k >= 4
+    for _ in range(6):  # every draft accepted: longer drafts, where the curve's price per token falls
+        schedule.update(k, k, GEMMA_ZEN4.cost(k + 1), n_asked=k, draft_s=0.0001)
+        k = schedule.length(100, confident=lambda: True)
+    assert k >= 16
+
+
+@pytest.mark.parametrize("curve", [GEMMA_ZEN4, GEMMA_INT4_AVX2, SMOLLM2_LLAMA])
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.7, 0.9, 0.97])
+def test_no_length_expected_below_plain_is_ever_chosen(curve, alpha):
+    """Whatever happened before (runs accepted whole, which force longer drafts), every length
+    chosen on rates is 0 or one whose expected tokens per step over its cost beats a plain step
+    on the very rates it was chosen on; only a probe (one token, within its time budget) may not."""
+    schedule = AdaptiveDraftLength(64, curve.cost)
+    rng = random.Random(7)
+    chosen = []
+    for step in range(80):
+        k = schedule.length(100, confident=[lambda: True, lambda: False, lambda: None][step % 3])
+        how, rates = schedule.last_choice
+        if k and how != "probe":
+            expected = 1.0 + sum(math.prod(rates[:j + 1]) for j in range(k))
+            assert expected / schedule.relative_cost(k) >= 1.0, (step, how, k)
+        chosen.append(k)
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        schedule.update(k, accepted, curve.cost(k + 1), n_asked=k, draft_s=0.0001 if k else None)
+    assert alpha < 0.9 or max(chosen) >= 4
+
+
+def test_a_forced_length_that_cannot_pay_is_not_drafted():
+    assert best_length_for([0.1] * 16, GEMMA_ZEN4.ratio, 16, k_min=4) == 0
+    assert best_length_for([0.99] * 16, GEMMA_ZEN4.ratio, 16, k_min=4) >= 4
