@@ -55,7 +55,8 @@ def commands(files: dict[str, Path]) -> dict[str, list[str]]:
         "pair-bad": ["check-pair", tiny, str(files["other-vocab-type"])],
         # Header facts and the benchmark.
         "inspect-json": ["inspect", tiny, "--json"],
-        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf", "--no-llama-cpp", "-r", "3"],
+        "bench": ["bench", "-m", tiny, "-n", "8", "--prompts", "chat", "--no-hf", "--no-llama-cpp", "--no-server",
+                  "-r", "3"],
     }
 
 
@@ -338,12 +339,12 @@ def test_bench_without_llama_cpps_rows_when_it_cannot_load_the_file(specula, tin
     monkeypatch.setattr(bench_llamacpp, "available", lambda: True)
     monkeypatch.setattr(bench_llamacpp, "LlamaCppPeer", RefusingPeer)
     tiny = tiny_paths["llama-f32"]
-    code, out, err = specula("bench", "-m", str(tiny), "-n", "4", "--prompts", "chat", "--no-hf")
+    code, out, err = specula("bench", "-m", str(tiny), "-n", "4", "--prompts", "chat", "--no-hf", "--no-server")
     assert code == 0, err
     assert one_line(err) == (f"specula: llama.cpp could not run {tiny.name} (Failed to load model from file: "
                              f"{tiny}): its rows are left out")
-    configs = {line.split()[1] for line in out.splitlines() if line.startswith("chat ")}
-    assert configs == {"none", "lookup"}
+    configs = {line[15:45].strip() for line in out.splitlines() if line.startswith("chat ")}
+    assert configs == {"none", "lookup", "lookup+ngram-cache", "lookup+ngram-cache (again)"}
 
 
 def test_version(specula):
@@ -361,9 +362,46 @@ def test_bench_table(cli):
     header = next(line for line in lines if line.startswith("prompt"))
     assert header.split()[-1] == "identical"
     assert "each row the median of 3 runs" in lines[0]
-    rows = {line.split()[1]: line.split() for line in lines if line.startswith("chat ")}
-    assert set(rows) == {"none", "lookup"}
-    assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp: no peer rows
+    rows = {line[15:45].strip(): line.split() for line in lines if line.startswith("chat ")}
+    # A drafter that learns is asked the same request again (a regenerate) after its first reply.
+    assert set(rows) == {"none", "lookup", "lookup+ngram-cache", "lookup+ngram-cache (again)"}
+    assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp, --no-server: no peer rows
+
+
+def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):
+    """llama-server (built from the binding's source) on the same file and prompt ids: plain and
+    every n-gram type, the first request on a fresh server and the same request again, its greedy
+    reply the same as ours, and the verdict table of our best against its best."""
+    from app.cli.bench_server import SERVER_TYPES, available
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    if available() is not None and os.environ.get("SPECULA_REQUIRE_LLAMA") != "1":
+        pytest.skip(available())
+    code, out, err = specula("bench", "-m", str(tiny_paths["llama-q8"]), "-n", "8", "--prompts", "chat,rewrite",
+                             "--no-hf", "--no-llama-cpp", "-r", "1", "--backend", "llama.cpp")
+    assert code == 0, err
+    rows = {(line[:14].strip(), line[15:45].strip()): line.split() for line in out.splitlines()
+            if line.startswith(("chat ", "rewrite "))}
+    for prompt in ("chat", "rewrite"):
+        for spec_type in SERVER_TYPES:
+            assert (prompt, f"server {spec_type}") in rows and (prompt, f"server {spec_type} (again)") in rows
+        assert rows[(prompt, "server none")][-1] == "yes"  # llama.cpp's own greedy reply is ours
+    verdict = out[out.index("ours best against llama-server's best"):].splitlines()
+    cells = [line.split() for line in verdict if line.startswith(("chat ", "rewrite "))]
+    assert [(c[0], c[1]) for c in cells] == [("chat", "first"), ("chat", "again"), ("rewrite", "first"),
+                                             ("rewrite", "again")]
+    assert all(c[-1].endswith("x") and float(c[-1][:-1]) > 0 for c in cells)
+    assert verdict[-1].startswith("geometric mean ")
+
+
+def test_bench_without_llama_server_says_so_in_one_line(specula, tiny_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECULA_LLAMA_BIN", str(tmp_path))  # a folder without it
+    code, out, err = specula("bench", "-m", str(tiny_paths["llama-q8"]), "-n", "4", "--prompts", "chat", "--no-hf",
+                             "--no-llama-cpp")
+    assert code == 0, err
+    assert one_line(err).startswith("specula: llama-server is not built here") and "rows are left out" in err
+    assert "server " not in out
 
 
 def test_bench_repeats_run_in_rounds_and_keep_each_rows_run_of_median_time():

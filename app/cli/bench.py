@@ -1,5 +1,11 @@
-"""`specula bench`: a fixed prompt set, each drafter, and as peers transformers' generate() and,
-when llama-cpp-python is installed, llama.cpp on the same file.
+"""`specula bench`: a fixed prompt set, each drafter, and as peers transformers' generate(),
+llama.cpp's binding on the same file and llama.cpp's own speculation (llama-server, every n-gram
+type, app.cli.bench_server).
+
+Each prompt is asked twice of drafters that learn (the n-gram cache, ngram-mod's pool): the first
+request with nothing learned, and the same request again, as a regenerate ("again" rows); each
+round starts them afresh. The verdict table puts our best row beside llama-server's best, per
+prompt, for the first request and for the repeat.
 
 Prints a table of tokens/s (generated tokens over wall time, prompt included, the same clock for
 every row), the decode rate alone (tokens after the first over the time after the first, where
@@ -21,8 +27,10 @@ from typing import Callable
 
 import torch
 
+from app.cli import bench_server
 from app.cli.bench_common import PROMPTS, engine_facts, prompt_ids, timed_reply
-from app.cli.run import load_drafter, load_main
+from app.cli.bench_verdict import AGAIN, format_verdict, verdicts
+from app.cli.run import load_main
 from app.cli.spec_args import spec_choice
 from app.engine.backends import LLAMA_CPP
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
@@ -30,6 +38,12 @@ from app.engine.loader import LoadedModel
 from app.engine.drafting.pair import LOOKUP, NONE, make_drafter
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
+from app.cli import backend_kwargs
+from app.hub.builtin import resolve_model_arg
+
+# Our drafters that learn across requests, each benched first and again beside llama-server's.
+_LEARNING_KINDS = ("lookup+ngram-cache",)
+_USERS = "flags"  # the factory of the drafter the flags ask for (-md, --spec-type)
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
 
@@ -75,13 +89,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_p_min=args.draft_p_min, sampling=SamplingParams(temperature=0.0),
         adaptive_draft=not args.draft_fixed,
     )
-    drafters = {NONE: make_drafter(main, NONE), LOOKUP: make_drafter(main, LOOKUP)}
-    draft_model = None
-    if spec_choice(args).ngram not in (NONE, LOOKUP) or args.model_draft:
-        drafter = load_drafter(args, main)  # the -md model and/or --spec-type's combination
-        drafters[drafter.name] = drafter
-        model_part = getattr(drafter, "fallback", None) or drafter
-        draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
+    factories = _drafter_factories(main, args)
+    drafters = {name: make() for name, make in factories.items()}
+    users = drafters.get(_USERS)
+    if users is not None:  # the flags' drafter goes by its own name
+        name = users.name if users.name not in drafters else f"{users.name} (flags)"
+        drafters[name], factories[name] = drafters.pop(_USERS), factories.pop(_USERS)
+    model_part = getattr(users, "fallback", None) or users
+    draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
     print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), {engine_facts(main)}"
           + (f"; each row the median of {args.repeat} runs, its speedups the median of the rounds' ratios"
@@ -92,6 +107,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for drafter in drafters.values():
         timed_reply(main, drafter, prompt_ids(main, PROMPTS["code-rewrite"]), warm)
     llama = _llama_cpp_peer(main, args)
+    server = _server_peer(main, args)
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
         if category not in PROMPTS:
@@ -99,7 +115,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ids = prompt_ids(main, PROMPTS[category])
         runs: dict[tuple[str, str], Callable[[], _Run]] = {}
         for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep):
-            runs[("ours", name)] = functools.partial(timed_reply, main, drafter, ids, run_settings)
+            base = name.split(" fixed ")[0]
+            if base in (NONE, LOOKUP):  # nothing to learn: the same drafter every time
+                runs[("ours", name)] = functools.partial(timed_reply, main, drafter, ids, run_settings)
+                continue
+            # A drafter that may learn: a fresh one for the first request, the same one again.
+            kept: list = []
+            runs[("ours", name)] = functools.partial(_first_reply, main, factories[base], kept, ids, run_settings)
+            runs[("ours", name + AGAIN)] = functools.partial(_again_reply, main, kept, ids, run_settings)
         # transformers' own generate() runs the torch backend's model: no such rows on llama.cpp.
         peers = {} if args.no_hf or main.backend == LLAMA_CPP else {
             "hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
@@ -110,9 +133,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                    args.draft_p_min, **kwargs)
         for name in llama.models if llama is not None else ():
             runs[("llama.cpp", name)] = functools.partial(llama.run, name, ids, args.n_predict)
-        results = _interleaved_runs(args.repeat, runs)
+        for spec_type in server.types if server is not None else ():
+            runs[("llama-server", f"server {spec_type}")] = functools.partial(server.first, spec_type, ids, args.n_predict)
+            runs[("llama-server", f"server {spec_type}{AGAIN}")] = functools.partial(server.again, spec_type, ids,
+                                                                                   args.n_predict)
+        try:
+            results = _interleaved_runs(args.repeat, runs)
+        finally:
+            if server is not None:
+                server.close()
         rows.extend(_prompt_rows(category, results, ids, _judge(main)))
     print(format_table(rows))
+    if server is not None:
+        print()
+        print(format_verdict(verdicts(rows)))
     note = _identity_note(rows, main)
     if note:
         print(note)
@@ -156,6 +190,64 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     return peer
 
 
+def _server_peer(main: LoadedModel, args: argparse.Namespace):
+    """llama-server on the same file, threads and draft model, where it is built here (one line
+    and no such rows where it is not, or where it cannot run the file)."""
+    if args.no_server or main.backend != LLAMA_CPP:
+        return None
+    why = bench_server.available()
+    if why is not None:
+        print(f"specula: {why}: llama-server's rows are left out", file=sys.stderr, flush=True)
+        return None
+    draft = spec_choice(args).draft_model
+    eos = main.tokenizer.eos_token_id
+    peer = bench_server.LlamaServerPeer(main.path, main.plan.threads, 4096,
+                                        draft=resolve_model_arg(draft) if draft else None, extra_args=args.server_arg,
+                                        stop_ids=[eos] if isinstance(eos, int) else list(eos or ()))
+    try:
+        peer.check(prompt_ids(main, PROMPTS["code-rewrite"]))
+    except bench_server.ERRORS as exc:
+        print(f"specula: llama-server could not run {main.path.name} ({_first_line(exc)}): its rows are left out",
+              file=sys.stderr, flush=True)
+        return None
+    return peer
+
+
+def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str, Callable[[], object]]:
+    """Each benched drafter by name, as a function making it with nothing learned (a new
+    in-memory n-gram cache or pool): none, prompt lookup, the learning kinds, and the flags' own
+    (-md's model loaded once, --spec-type's combination) under _USERS."""
+    from app.engine.drafting.pair import ModParams, load_draft
+
+    factories: dict[str, Callable[[], object]] = {NONE: lambda: make_drafter(main, NONE),
+                                                  LOOKUP: lambda: make_drafter(main, LOOKUP)}
+    for kind in _LEARNING_KINDS:
+        factories[kind] = functools.partial(make_drafter, main, kind)
+    spec = spec_choice(args)
+    if spec.ngram in (NONE, LOOKUP) and not spec.draft_model:
+        return factories
+    draft = None
+    if spec.draft_model:
+        draft = load_draft(main, resolve_model_arg(spec.draft_model), device=args.device, dtype=args.dtype,
+                           n_gpu_layers=args.n_gpu_layers_draft, **backend_kwargs(args))
+    factories[_USERS] = functools.partial(make_drafter, main, spec.ngram, draft=draft,
+                                          draft_ctx=args.ctx_size_draft or args.ctx_size or None,
+                                          mod=ModParams(*spec.mod))
+    return factories
+
+
+def _first_reply(main: LoadedModel, make: Callable[[], object], kept: list, ids: list[int],
+                 settings: DecodeSettings) -> _Run:
+    """The first request with a drafter made now (nothing learned), kept for _again_reply."""
+    kept[:] = [make()]
+    return timed_reply(main, kept[0], ids, settings)
+
+
+def _again_reply(main: LoadedModel, kept: list, ids: list[int], settings: DecodeSettings) -> _Run:
+    """The same request again with the drafter that answered it first (what it learned kept)."""
+    return timed_reply(main, kept[0], ids, settings)
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -193,7 +285,7 @@ def _median_run(done: list[_Run]) -> _Run:
 def _rates(kind: str, result: _Run) -> tuple[float, float | None]:
     """(tokens/s of the whole run, decode tokens/s where the row's program reports it)."""
     tokens, seconds = result[0], result[1]
-    decode = result[2].decode_tps if kind == "ours" else result[2] if kind == "llama.cpp" else None
+    decode = result[2].decode_tps if kind == "ours" else result[2] if kind in ("llama.cpp", "llama-server") else None
     return (len(tokens) / seconds if seconds > 0 else 0.0), decode
 
 
@@ -229,7 +321,7 @@ def _prompt_rows(category: str, results: dict[tuple[str, str], list[_Run]], ids:
             row = dataclasses.replace(row, divergence=judge(ids, plain, tokens))
         rows.append(row)
     for (kind, name), done in results.items():
-        if kind in ("hf", "llama.cpp"):
+        if kind in ("hf", "llama.cpp", "llama-server"):
             rows.append(_row(category, name, _median_run(done), kind, plain,
                              _paired_speedups(kind, done, baseline), None, None))
     return rows
@@ -261,7 +353,7 @@ def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    header = (f"{'prompt':<14} {'config':<22} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
+    header = (f"{'prompt':<14} {'config':<30} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
               f"{'dec. x':>7} {'accept':>7} {'acc/step':>8}  identical")
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -269,7 +361,7 @@ def format_table(rows: list[BenchRow]) -> str:
         mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
         decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
         decode_x = f"{r.decode_speedup:6.2f}x" if r.decode_speedup else f"{'-':>7}"
-        lines.append(f"{r.prompt:<14} {r.config[:22]:<22} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
+        lines.append(f"{r.prompt:<14} {r.config[:30]:<30} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
                      f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}  "
                      f"{'yes' if r.identical else r.divergence or 'NO'}")
     return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""llama.cpp's own speculation as `specula bench`'s peer: llama-server, built from the binding's
+sdist (same llama.cpp commit), started fresh on 127.0.0.1 for each speculative type, prompt and
+round, and sent the same prompt token ids as our rows.
+
+Each server answers the request twice: the *first* request (a fresh server: nothing learned) and
+the same request *again* (a regenerate: a type that learns, ngram-mod's pool or ngram-cache, may use
+the first reply). Its decode rate and drafted/accepted counts are the server's own `timings`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from app.engine.llama_server.client import ServerError, ServerReply
+from app.engine.llama_server.process import LlamaServer, ServerStartError
+from app.engine.llama_server.programs import SERVER, find_program, missing_reason
+
+log = logging.getLogger(__name__)
+
+# llama.cpp's model-free types, each with llama.cpp's defaults (what `--spec-type T` gives a user);
+# draft-simple joins them when bench has a draft model (-md).
+SERVER_TYPES = ("none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+ERRORS = (ServerError, ServerStartError)
+_WARM_PROMPT_LEN = 4  # shorter than any n-gram llama.cpp learns from a prompt: warms kernels, teaches nothing
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """One timed request: what bench's rows are made of (tokens, wall seconds, then the server's own figures)."""
+
+    tokens: list[int]
+    seconds: float
+    reply: ServerReply
+
+    def __getitem__(self, i: int):  # bench treats runs as (tokens, seconds, ...)
+        return (self.tokens, self.seconds, self.reply.decode_tps)[i]
+
+
+def available() -> str | None:
+    """None where llama-server is here, else why not."""
+    return None if find_program(SERVER) is not None else missing_reason(SERVER)
+
+
+class LlamaServerPeer:
+    """llama-server on the same file, threads and context as our rows, one server per
+    (type, prompt, round): `first` starts it and times the first request, `again` times the
+    same request on it and stops it."""
+
+    def __init__(self, model: Path, threads: int, n_ctx: int, draft: Path | None = None,
+                 extra_args: Sequence[str] = (), stop_ids: Sequence[int] = ()) -> None:
+        self.model = Path(model)
+        self.stop_ids = set(stop_ids)  # llama-server's tokens end with the end-of-generation token; ours do not
+        self.draft = draft
+        self.base_args = ["-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), *extra_args]
+        self.types = list(SERVER_TYPES) + (["draft-simple"] if draft is not None else [])
+        self._servers: dict[str, LlamaServer] = {}
+
+    def args_for(self, spec_type: str) -> list[str]:
+        args = list(self.base_args)
+        if spec_type != "none":
+            args += ["--spec-type", spec_type]
+        if spec_type.startswith("draft-"):
+            args += ["-md", str(self.draft)]
+        return args
+
+    def first(self, spec_type: str, ids: list[int], n_predict: int) -> ServerRun:
+        self._stop(spec_type)
+        server = LlamaServer(self.model, self.args_for(spec_type))
+        client = server.start()
+        self._servers[spec_type] = server
+        client.complete(ids[:_WARM_PROMPT_LEN], 2)  # first touches of the weights and kernels, untimed
+        return self._timed(spec_type, ids, n_predict)
+
+    def again(self, spec_type: str, ids: list[int], n_predict: int) -> ServerRun:
+        try:
+            return self._timed(spec_type, ids, n_predict)
+        finally:
+            self._stop(spec_type)
+
+    def _timed(self, spec_type: str, ids: list[int], n_predict: int) -> ServerRun:
+        client = self._servers[spec_type].client
+        started = time.monotonic()
+        reply = client.complete(ids, n_predict)
+        seconds = time.monotonic() - started
+        tokens = list(reply.tokens)
+        if tokens and tokens[-1] in self.stop_ids:
+            tokens.pop()
+        return ServerRun(tokens, seconds, reply)
+
+    def _stop(self, spec_type: str) -> None:
+        server = self._servers.pop(spec_type, None)
+        if server is not None:
+            server.stop()
+
+    def close(self) -> None:
+        for spec_type in list(self._servers):
+            self._stop(spec_type)
+
+    def check(self, ids: list[int]) -> None:
+        """Start and stop the plain server once: a missing program or a model it refuses is
+        known before any row is timed (ERRORS, one line)."""
+        with LlamaServer(self.model, self.args_for("none")) as server:
+            server.client.complete(ids[:_WARM_PROMPT_LEN], 1)

@@ -1,0 +1,88 @@
+"""`specula bench`'s verdict: per prompt, our fastest row beside llama-server's fastest, for the
+first request and for the same request again, by each program's own decode rate (tokens after the
+first over the time after the first: llama-server's `timings.predicted_per_second`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+AGAIN = " (again)"
+SERVER = "server "
+_PEERS = ("hf ", "llama.cpp", SERVER)
+
+
+class Row(Protocol):
+    prompt: str
+    config: str
+    decode_tps: float | None
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    prompt: str
+    phase: str  # "first" or "again"
+    ours: str
+    ours_tps: float
+    theirs: str
+    theirs_tps: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_tps / self.theirs_tps if self.theirs_tps > 0 else math.inf
+
+
+def _rate(row: Row) -> float:
+    return row.decode_tps or row.tokens_per_s
+
+
+def _phase_rows(rows: Sequence[Row], phase: str) -> tuple[list[Row], list[Row]]:
+    """(ours, llama-server's) rows that answer `phase`. A row without an "again" twin answers
+    both: it learns nothing, so the same request again is the same run (prompt lookup, none)."""
+    configs = {row.config for row in rows}
+    ours, theirs = [], []
+    for row in rows:
+        again = row.config.endswith(AGAIN)
+        twin = row.config + AGAIN in configs
+        answers = again if phase == "again" else not again
+        if phase == "again" and not again and not twin:
+            answers = True
+        if not answers:
+            continue
+        if row.config.startswith(SERVER):
+            theirs.append(row)
+        elif not row.config.startswith(_PEERS):
+            ours.append(row)
+    return ours, theirs
+
+
+def verdicts(rows: Sequence[Row]) -> list[Verdict]:
+    out = []
+    for prompt in dict.fromkeys(row.prompt for row in rows):
+        mine = [row for row in rows if row.prompt == prompt]
+        for phase in ("first", "again"):
+            ours, theirs = _phase_rows(mine, phase)
+            if not ours or not theirs:
+                continue
+            best_ours, best_theirs = max(ours, key=_rate), max(theirs, key=_rate)
+            out.append(Verdict(prompt, phase, best_ours.config, _rate(best_ours),
+                               best_theirs.config[len(SERVER):], _rate(best_theirs)))
+    return out
+
+
+def format_verdict(found: Sequence[Verdict]) -> str:
+    header = (f"{'prompt':<14} {'request':<7} {'ours best':<30} {'tok/s':>7}  {'llama-server best':<30} "
+              f"{'tok/s':>7} {'ours/theirs':>11}")
+    lines = ["decode tokens/s, ours best against llama-server's best (its own timings):", header, "-" * len(header)]
+    for v in found:
+        lines.append(f"{v.prompt:<14} {v.phase:<7} {v.ours[:30]:<30} {v.ours_tps:>7.1f}  {v.theirs[:30]:<30} "
+                     f"{v.theirs_tps:>7.1f} {v.ratio:>10.2f}x")
+    ratios = [v.ratio for v in found if math.isfinite(v.ratio) and v.ratio > 0]
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        worst = min(found, key=lambda v: v.ratio)
+        lines.append(f"geometric mean {geo:.2f}x over {len(ratios)} cells; worst {worst.ratio:.2f}x "
+                     f"({worst.prompt}, {worst.phase} request)")
+    return "\n".join(lines)
