@@ -76,3 +76,16 @@ def test_the_index_follows_a_growing_context_and_rebuilds_for_another():
     assert lookup.match(context, 2) == (3, (15, 16))
     assert lookup.match([7, 8, 9, 7, 8], 1) == (2, (9,))  # another conversation: not the old index
     assert lookup.match(context, 2) == (3, (15, 16))
+
+
+def test_a_repeating_pattern_drafts_past_its_latest_period():
+    """After a repeating pattern (a 2-token indentation) the latest occurrence of the last n-gram
+    lies one period back, and what followed it ends at the context's end: the copy goes on from
+    itself (LZ77's overlapping copy) instead of stopping after one period. A Gemma reply of this
+    shape was drafted 2 tokens at a time, every one accepted, slower than plain decoding."""
+    context = [5, 6, 7] + [1, 2] * 6
+    assert PromptLookupDrafter().match(context, 9) == (3, (1, 2, 1, 2, 1, 2, 1, 2, 1))
+    period_three = [9, 9] + [1, 2, 3] * 3
+    assert PromptLookupDrafter().match(period_three, 7)[1] == (1, 2, 3, 1, 2, 3, 1)
+    # A copy with tokens of its own to follow is copied as before.
+    assert PromptLookupDrafter().match(SOURCE + [10, 11, 12], 4) == (3, (13, 14, 15, 16))

@@ -300,7 +300,8 @@ def test_a_declined_drafter_is_said_in_one_line_with_the_reason():
         costly.update(1, 0, 0.02, n_asked=1, draft_s=0.0)
     note = costly.declined_note()
     assert note is not None and "\n" not in note
-    assert note.startswith("drafting declined in all 20 steps") and "0% of 20 drafted tokens" in note
+    assert note.startswith("drafted in 20 of 20 steps (0% of 20 drafted tokens were accepted)"), note
+    assert note.endswith("so it drafted only to probe, since at the acceptance seen drafting would not pay")
     few = AdaptiveDraftLength(16, verify_cost=lambda n: 0.01 * n)
     for i in range(20):  # a copy drafted in 3 steps, mostly accepted; plain steps elsewhere
         few.update(6, 5, 0.07, n_asked=6, draft_s=0.0) if i % 7 == 0 else few.update(0, 0, 0.01, n_asked=0)
@@ -427,3 +428,25 @@ def test_no_length_expected_below_plain_is_ever_chosen(curve, alpha):
 def test_a_forced_length_that_cannot_pay_is_not_drafted():
     assert best_length_for([0.1] * 16, GEMMA_ZEN4.ratio, 16, k_min=4) == 0
     assert best_length_for([0.99] * 16, GEMMA_ZEN4.ratio, 16, k_min=4) >= 4
+
+
+def test_the_note_agrees_with_the_counts_and_the_arithmetic():
+    """The torch fallback's note once said "drafting declined in all 17 steps: a verify of 4
+    drafts costs 1.3x a token here and 100% of 6 drafted tokens were accepted, so plain decoding
+    was faster": six one-token drafts were verified and all accepted, and at 1.3x for 4 drafts
+    full acceptance pays about 3x. The note says what was drafted and never that plain decoding
+    was faster where the acceptance seen makes drafting pay."""
+    schedule = AdaptiveDraftLength(16)  # no measured curve: torch
+    for i in range(17):
+        if i % 3 == 0:
+            schedule.update(1, 1, 0.0105, n_asked=1, draft_s=0.0001)
+        else:
+            schedule.update(0, 0, 0.010, n_asked=0)
+    note = schedule.declined_note()
+    assert note is not None and "\n" not in note
+    assert "declined in all" not in note and "plain decoding was faster" not in note
+    assert note.startswith("drafted in 6 of 17 steps (100% of 6 drafted tokens were accepted)"), note
+    losing = AdaptiveDraftLength(16, verify_cost=lambda n: 0.01 * n)  # every drafted token costs a step
+    for i in range(17):
+        losing.update(1, 0, 0.02, n_asked=1, draft_s=0.0) if i % 3 == 0 else losing.update(0, 0, 0.01, n_asked=0)
+    assert "would not pay" in losing.declined_note()

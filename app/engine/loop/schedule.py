@@ -67,7 +67,7 @@ _PROBE_BUDGET = 0.02  # share of the time probes may cost
 _PROBE_MAX_INTERVAL = 256  # steps: rejected probes back off up to this
 _PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed: start hopeful (0.9), stay off 0 and 1
 _GROWTH = 4  # after a step with every draft accepted, draft at least this many times as many
-_CONFIDENT_PROBE = 1  # drafts of a probe the drafter asked for: a hit grows the next step (_GROWTH)
+_COPY_RATE = 0.9  # P(accepted) per position assumed where the drafter sees a copy running (the prior's hope)
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
 _SEEN_FACTOR = (0.8, 2.0)  # bounds of the measured curve's correction by the steps' own times
 
@@ -123,12 +123,15 @@ class AdaptiveDraftLength:
         self._curve_factor = _DecayedMean()  # a verify's time against the curve's, per step
         self._idle_steps = 0
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
-        self.n_steps = self.n_drafting_steps = self.n_empty_asks = 0
+        self.n_steps = self.n_drafting_steps = self.n_steps_drafted = self.n_empty_asks = 0
         self._seen_drafted = self._seen_accepted = 0
         # Decayed (accepted, reached) of the first draft position in steps where the drafter saw
         # no copy running, and whether the step now verified was one: its own rate (_unsure_rate).
         self._unsure = [0.0, 0.0]
         self._step_unsure = False
+        # How the last length was chosen ("rates", "copy" or "probe") and the per-position
+        # acceptance rates it was chosen on: what a test checks the arithmetic of.
+        self.last_choice: tuple[str, list[float]] = ("rates", [])
 
     def rates(self) -> list[float]:
         """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
@@ -257,6 +260,7 @@ class AdaptiveDraftLength:
                 rates[i] = max(rates[i], rates[run - 1])
         k_min = self._grown_min(run, k_max) if run else 0
         best = best_length_for(rates, self.relative_cost, k_max, k_min=k_min)
+        self.last_choice = ("rates", rates)
         seen = self._depth_seen() + 1
         if best > seen and self._step_unsure:
             # The drafter sees no copy (prompt lookup on a 1-2 token match), and the length would
@@ -269,16 +273,27 @@ class AdaptiveDraftLength:
             # still cost 0.92x, one position further 0.96x.
             best = best_length_for(rates, self.relative_cost, min(k_max, seen))
         if best == 0 and budget > 0 and k_max > 0:
-            # A drafter that sees a copy running (prompt lookup, at no cost) earns a probe now:
+            # A drafter that sees a copy running (prompt lookup, at no cost) earns a draft now:
             # waiting out the back-off of earlier rejected probes would miss the copied passage.
             if sees_copy():
                 self._idle_steps = 0
-                return min(_CONFIDENT_PROBE, k_max)
+                return self._copy_length(k_max)
+            self.last_choice = ("probe", rates)
             self._idle_steps += 1
             if self._idle_steps >= self.probe_interval() and self._probe_affordable(catch_up):
                 self._idle_steps = 0
                 return 1
         return best
+
+    def _copy_length(self, k_max: int) -> int:
+        """Drafts for a drafter that sees a copy running where the rates seen so far made no
+        length pay: the best length at the rate a running copy earns (_COPY_RATE per position,
+        or better where seen), over the whole measured curve; 0 where no length pays even then.
+        A one-token probe here lost on a curve where two tokens cost 2.1x one (Gemma 3 270M on
+        a Zen 4: 1.9 tokens at best for 2.1 steps' time), where a long draft pays (9 tokens 4.65x)."""
+        rates = [max(rate, _COPY_RATE) for rate in self.rates()[:k_max]]
+        self.last_choice = ("copy", rates)
+        return best_length_for(rates, self.relative_cost, k_max)
 
     def _unsure_rate(self) -> float:
         """P(the first draft is accepted) where the drafter sees no copy running. Prompt lookup's
@@ -309,6 +324,7 @@ class AdaptiveDraftLength:
         verify_s = step_s - (draft_s or 0.0)
         self.n_steps += 1
         self.n_drafting_steps += int(n_drafted > 1)  # a one-token probe is not drafting
+        self.n_steps_drafted += int(n_drafted > 0)  # ... but its token was drafted and verified
         self.n_empty_asks += int(asked > 1 and n_drafted == 0)  # asked for a draft, none came
         self._seen_drafted += n_drafted
         self._seen_accepted += n_accepted
@@ -360,11 +376,20 @@ class AdaptiveDraftLength:
                     + (" even at 90% acceptance" if hopeful else ""))
         seen = (f"{self._seen_accepted / self._seen_drafted:.0%} of {self._seen_drafted} drafted tokens were "
                 "accepted" if self._seen_drafted else "the drafter proposed nothing")
-        if self.n_drafting_steps:  # it drafted where that paid: not a verdict against drafting
-            return (f"drafted in {self.n_drafting_steps} of {self.n_steps} steps ({seen}): a verify of 4 drafts "
-                    f"costs {self.relative_cost(4):.1f}x a token here, so it drafted only where acceptance made that pay")
+        if self.n_steps_drafted:  # drafts (probes too) were verified: not a verdict against drafting
+            where = ("where acceptance made that pay" if self._pays_at_seen_rate() else
+                     "to probe, since at the acceptance seen drafting would not pay")
+            return (f"drafted in {self.n_steps_drafted} of {self.n_steps} steps ({seen}): a verify of 4 drafts "
+                    f"costs {self.relative_cost(4):.1f}x a token here, so it drafted only {where}")
         return (f"drafting declined in all {self.n_steps} steps: a verify of 4 drafts costs "
                 f"{self.relative_cost(4):.1f}x a token here and {seen}, so plain decoding was faster")
+
+    def _pays_at_seen_rate(self) -> bool:
+        """Whether drafting at the acceptance seen in this reply beats plain steps at some length."""
+        if not self._seen_drafted or not self.draft_max:
+            return False
+        rate = self._seen_accepted / self._seen_drafted
+        return best_length_for([rate] * self.draft_max, self.relative_cost, self.draft_max) > 0
 
 
 def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,
@@ -385,7 +410,8 @@ def best_length_for(rates: list[float], relative_cost: float | Callable[[int], f
         rate = expected / cost(k)
         if rate > best_rate * 1.0001:
             best_k, best_rate = k, rate
-    return best_k
+    # Never a length expected to run slower than plain decoding, forced or not.
+    return best_k if best_rate >= 1.0 else 0
 
 
 def expected_tokens(alpha: float, k: int) -> float:
