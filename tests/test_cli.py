@@ -451,7 +451,7 @@ def test_calibrate_on_llama_cpp_measures_its_steps(specula, tiny_paths):
     assert code == 0, err
     assert out.startswith("llama.cpp on CPU, 1 threads: a step feeding n tokens")
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
-    assert [int(r[0]) for r in rows] == [1, 2, 3, 5, 9, 17] and rows[0][2] == "1.00x"
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 5, 9, 17, 33, 65] and rows[0][2] == "1.00x"
     assert ("cached in " in out) or ("not kept" in out)
 
 

@@ -28,7 +28,7 @@ from app.compare.prompts import (
     CATEGORIES, OWN, Prompt, PromptFileError, builtin_prompts, parse_prompts, prompts_from_arg,
 )
 from app.compare.results import (
-    CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, CompareFileError, CompareRequest, CompareRun, DraftChoice,
+    DEFAULT_DRAFT_MAX, CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, CompareFileError, CompareRequest, CompareRun, DraftChoice,
     RunSettings, load_run,
 )
 from app.compare.summary import ALL, delta_line, deltas, speed_curve, table_rows, verdict
@@ -225,7 +225,7 @@ def test_sweep_runs_each_drafter_at_each_fixed_length(tiny_paths, tiny_loaded):
     run = compare(tiny_paths, tiny_loaded, [DraftChoice(MODEL, str(tiny_paths["llama-f32"]), "same")],
                   prompts=PROMPTS[:1], settings=settings)
     assert [(c.name, c.draft_max, c.adaptive) for c in run.configs] == [
-        (NONE, 16, True), ("same k=2", 2, False), ("same k=4", 4, False)]
+        (NONE, DEFAULT_DRAFT_MAX, True), ("same k=2", 2, False), ("same k=4", 4, False)]
     for k in (2, 4):
         (result,) = run.results_of(f"same k={k}")
         assert len(result.drafted_by_position) == k and result.identical

@@ -27,7 +27,7 @@ def test_new_and_old_names_set_the_same_values(command):
     for args in (new, old, older):
         assert (args.model_draft, args.draft_max, args.draft_min, args.draft_p_min) == ("d.gguf", 5, 2, 0.4)
         assert spec_choice(args) == SpecChoice("none", "d.gguf")
-    assert parse(command).draft_max == 16 and parse(command).draft_p_min == 0.75  # our defaults
+    assert parse(command).draft_max == 64 and parse(command).draft_p_min == 0.75  # our defaults
 
 
 @pytest.mark.parametrize("argv,ngram,model", [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import astuple, dataclass
 
-from app.engine.drafting.kinds import NGRAM_KINDS, ModParams
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS, ModParams
 from app.engine.errors import SpeculaError
 from app.engine.drafting.ngram_cache import not_a_cache_file
 
@@ -60,7 +60,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model: the older name of --spec-type ngram-simple")
     parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")
     parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="layers of the draft model on the GPU")
-    parser.add_argument("--spec-draft-n-max", "--draft-max", "--draft", dest="draft_max", type=int, default=16, metavar="N", help="most tokens drafted per step (default 16; llama.cpp's default is 3, drafted at every step; ours is a ceiling, see --draft-fixed)")
+    parser.add_argument("--spec-draft-n-max", "--draft-max", "--draft", dest="draft_max", type=int, default=DEFAULT_DRAFT_MAX, metavar="N", help=f"most tokens drafted per step (default {DEFAULT_DRAFT_MAX}; llama.cpp's default is 3, drafted at every step; ours is the ceiling of a measured length, see --draft-fixed)")
     parser.add_argument("--spec-draft-n-min", "--draft-min", dest="draft_min", type=int, default=0, metavar="N", help="draft nothing when fewer than this would be drafted (default 0)")
     parser.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.75, metavar="P", help="a draft model stops drafting when its top probability is below this (default 0.75; llama.cpp's default is 0)")
     parser.add_argument("--draft-fixed", action="store_true", help="always draft up to --spec-draft-n-max, as llama.cpp does (default: adapt the length to the measured acceptance and cost, the maximum as the ceiling)")

@@ -16,6 +16,7 @@ from typing import Any
 
 from app.compare.prompts import Prompt
 from app.engine.atomic import write_atomic
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX  # noqa: F401 - the engine's ceiling, also read from here
 from app.engine.errors import SpeculaError
 
 FORMAT = "specula-compare"
@@ -30,7 +31,6 @@ def is_ngram_kind(kind: str) -> bool:
     parts = kind.split("+")
     return bool(parts) and all(p in NGRAM_PARTS for p in parts) and len(set(parts)) == len(parts)
 RUNNING, COMPLETE, CANCELLED, FAILED = "running", "complete", "cancelled", "failed"
-DEFAULT_DRAFT_MAX = 16  # the engine's default ceiling of the adaptive draft length
 
 
 class CompareFileError(SpeculaError):

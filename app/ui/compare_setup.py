@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (
 
 from app.compare.choices import parse_lengths
 from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_prompts, own_prompt, read_prompt_file
-from app.compare.results import LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress, RunSettings
+from app.compare.results import (DEFAULT_DRAFT_MAX, LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress,
+                                 RunSettings)
 from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
@@ -54,7 +55,7 @@ class CompareSetup(QWidget):
         self.drafts.setMinimumHeight(90)
         self.drafts.setMaximumHeight(150)
 
-        self.adaptive = QRadioButton("Adaptive length (up to 16)")
+        self.adaptive = QRadioButton(f"Adaptive length (up to {DEFAULT_DRAFT_MAX})")
         self.adaptive.setToolTip("The engine's default: the draft length follows the measured acceptance and cost.")
         self.sweep = QRadioButton("Fixed lengths:")
         self.sweep.setToolTip("Run each drafter once per length, always drafting that many tokens (llama.cpp's way).")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX
+
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
 NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats
 KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, MODEL)
@@ -53,7 +55,7 @@ class GenSettings:
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int = -1  # -1 = a random seed per reply
-    draft_max: int = 16
+    draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive_draft: bool = True  # False: always draft up to draft_max (the CLI's --draft-fixed)

@@ -32,15 +32,17 @@ from app.engine.loop.sampling import (
     speculative_accept,
 )
 from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX
 from app.engine.loop.stops import StopMatcher
 
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """Defaults follow llama.cpp's speculative example (draft max 16, min 0, p-min 0.75)."""
+    """Defaults follow llama.cpp's speculative example (draft min 0, p-min 0.75); the draft max is
+    a ceiling of the adaptive length (DEFAULT_DRAFT_MAX), where llama.cpp's is a fixed length."""
 
     max_new_tokens: int = 256
-    draft_max: int = 16
+    draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = 0
     draft_p_min: float = 0.75
     sampling: SamplingParams = field(default_factory=SamplingParams)
