@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from app.engine.backends import llamacpp_lib
+from app.engine.backends.llamacpp_threads import DEFAULT_POLL, Threadpool
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
 from app.engine.seam import common_prefix_length, first_argmax
 
@@ -37,6 +38,7 @@ class LlamaSettings:
 
     threads: int = 0  # 0: physical cores
     flash_attn: int = -1
+    poll: int = DEFAULT_POLL  # ggml's polling level between steps (--poll): 0 sleeps, 100 spins
     repack: bool = True
     n_batch: int = 2048
     n_ubatch: int = 512
@@ -144,6 +146,9 @@ class LlamaKV:
             cause = llamacpp_lib.last_error()
             raise SpeculaError(f"{weights.path.name}: llama.cpp could not make a context of {n_ctx} tokens"
                                + (f" ({cause})" if cause else ""))
+        # A threadpool that lives with the context, as llama.cpp's programs attach one.
+        self._threads = Threadpool(llamacpp_lib._loaded_ggml(), lib._lib, settings.thread_count(), settings.poll)
+        self._threads.attach(self.ctx)
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.n_batch = int(params.n_batch)
         self.memory = lib.llama_get_memory(self.ctx)
@@ -235,6 +240,7 @@ class LlamaKV:
             self.lib.llama_batch_free(self._batch)
             self.lib.llama_free(self.ctx)
             self.ctx = None
+            self._threads.close()  # after the context that used it
 
     def __del__(self) -> None:
         try:

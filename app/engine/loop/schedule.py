@@ -132,6 +132,7 @@ class AdaptiveDraftLength:
         # How the last length was chosen ("rates", "copy" or "probe") and the per-position
         # acceptance rates it was chosen on: what a test checks the arithmetic of.
         self.last_choice: tuple[str, list[float]] = ("rates", [])
+        self._cost_memo: dict[int, float] = {}
 
     def rates(self) -> list[float]:
         """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
@@ -157,7 +158,14 @@ class AdaptiveDraftLength:
         time measured in the steps, where the loader measured a curve; else the line fitted to
         the steps where they show a slope, else a prior. A measured curve is not replaced by the
         line: verify costs may grow in steps (a kernel computing rows in blocks), which a line
-        through a few lengths would put wrong at the others."""
+        through a few lengths would put wrong at the others. Kept until the next update: a step
+        prices up to draft_max lengths several times."""
+        cost = self._cost_memo.get(k)
+        if cost is None:
+            cost = self._cost_memo[k] = self._relative_cost(k)
+        return cost
+
+    def _relative_cost(self, k: int) -> float:
         if self._verify_cost is None:
             slope = self._fit.relative_slope(default=None)
             if slope is not None:
@@ -322,6 +330,7 @@ class AdaptiveDraftLength:
                draft_s: float | None = None) -> None:
         asked = n_drafted if n_asked is None else n_asked
         verify_s = step_s - (draft_s or 0.0)
+        self._cost_memo.clear()
         self.n_steps += 1
         self.n_drafting_steps += int(n_drafted > 1)  # a one-token probe is not drafting
         self.n_steps_drafted += int(n_drafted > 0)  # ... but its token was drafted and verified
