@@ -116,3 +116,82 @@ def test_llama_server_answers_greedy_on_loopback_and_stops_with_its_block(tiny_p
     assert process.poll() is not None  # stopped with the block
     with pytest.raises(ServerError):
         server.client.complete([1], 1)
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    from app.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_on_llama_server_gives_our_greedy_reply_and_our_json(capsys, tiny_paths):
+    _require_server()
+    model = str(tiny_paths["llama-q8"])
+    common = ["run", "-m", model, "-p", "The quick brown fox", "-n", "12", "--temp", "0", "--json", "-t", "1"]
+    code, out, err = _run(capsys, *common, "--backend", "llama.cpp")
+    assert code == 0, err
+    ours = json.loads(out.strip().splitlines()[-1])
+    code, out, err = _run(capsys, *common, "--engine", "llama-server")
+    assert code == 0, err
+    theirs = json.loads(out.strip().splitlines()[-1])
+    # The text and the count are exact; a tiny random model's bytes are not whole characters,
+    # and llama-server streams such a token with the next one under that one's id alone.
+    assert theirs["text"] == ours["text"] and theirs["n_predicted"] == ours["n_predicted"] == 12
+    assert {"tokens", "text", "n_drafted", "n_accepted", "decode_tps"} <= set(theirs)
+    assert theirs["drafter"] == "llama-server none" and "plan: llama-server" in err
+
+
+def test_a_type_only_llama_server_runs_goes_there_and_its_refusal_is_one_line(capsys, tiny_paths):
+    _require_server()
+    code, out, err = _run(capsys, "run", "-m", str(tiny_paths["llama-q8"]), "--spec-type", "draft-mtp", "-p", "hi",
+                          "-n", "4", "-t", "1")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "llama-server stopped while starting" in err and "MTP" in err and "Traceback" not in err
+    code, _, err = _run(capsys, "run", "-m", str(tiny_paths["llama-q8"]), "--engine", "specula",
+                        "--spec-type", "draft-mtp", "-p", "hi")
+    assert code == 2 and "runs only on llama-server" in err
+
+
+@pytest.mark.demo
+def test_the_servers_steps_carry_its_own_counts(demo_path):
+    """Each StepEvent of a llama-server reply is one verify step: its accepted tokens marked as
+    drafts, and the steps' counts add up to the server's own timings (what the charts show)."""
+    _require_server()
+    from app.engine.llama_server.engine import generate_on_server
+    from app.engine.loop.events import DoneEvent, Origin, StepEvent
+    from app.engine.loop.sampling import SamplingParams
+
+    from app.cli.bench_common import PROMPTS
+
+    with LlamaServer(demo_path("smollm2-135m"), ["-t", "2", "--spec-type", "ngram-cache"]) as server:
+        prompt = server.client.apply_template([{"role": "user", "content": PROMPTS["code-rewrite"]}])
+        ids = server.client.tokenize(prompt)
+        events = list(generate_on_server(server.client, ids, 64, SamplingParams(temperature=0.0), "ngram-cache"))
+        again = server.client.complete(ids, 64)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    summary = events[-1].summary
+    assert isinstance(events[-1], DoneEvent)
+    assert summary.n_drafted > 0 and summary.n_accepted > 0
+    assert sum(s.n_drafted for s in steps) == summary.n_drafted
+    assert sum(s.n_accepted for s in steps) == summary.n_accepted
+    assert sum(o is Origin.DRAFT for s in steps for o in s.origins) == summary.n_accepted
+    assert list(summary.tokens) == [t for s in steps for t in s.tokens] == list(again.tokens[:len(summary.tokens)])
+
+
+@pytest.mark.demo
+def test_run_on_llama_server_is_our_greedy_reply_token_for_token(capsys, demo_path):
+    _require_server()
+    common = ["run", "-m", str(demo_path("smollm2-135m")), "--chat", "-p", "Name three colours.", "-n", "24", "--temp", "0",
+              "--json"]
+    replies = []
+    for engine in ("specula", "llama-server"):
+        code, out, err = _run(capsys, *common, "--engine", engine)
+        assert code == 0, err
+        replies.append(json.loads(out.strip().splitlines()[-1]))
+    assert replies[0]["tokens"] == replies[1]["tokens"] and replies[0]["text"] == replies[1]["text"]

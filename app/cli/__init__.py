@@ -22,7 +22,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None:
+def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True, server: bool = False) -> None:
     parser.add_argument("-m", "--model", required=True, help="main model: a GGUF file or a built-in name (smollm2-135m, gemma3-270m)")
     parser.add_argument("-c", "--ctx-size", type=int, default=0, help="context size of the main model (0 = the model's own)")
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers of the main model computed on the GPU (99 = all; default: all when there is a GPU)")
@@ -32,7 +32,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True) -> None
     if draft:
         from app.cli.spec_args import add_spec_flags
 
-        add_spec_flags(parser)
+        add_spec_flags(parser, server)
 
 
 def add_backend_flags(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli import add_model_flags, add_sampling_flags, backend_kwargs
+from app.cli.run_server import LLAMA_SERVER, add_engine_flag, engine_of, reply_on_server
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 
@@ -29,7 +30,8 @@ DEMO_PROMPT = (
 
 def register(sub) -> None:
     run = sub.add_parser("run", help="generate from a prompt with speculative decoding")
-    add_model_flags(run)
+    add_model_flags(run, server=True)
+    add_engine_flag(run)
     add_sampling_flags(run)
     prompt = run.add_mutually_exclusive_group(required=True)
     prompt.add_argument("-p", "--prompt", help="the prompt")
@@ -175,6 +177,15 @@ def json_result(summary: RunSummary) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from app.engine.loop.speculative import generate
+
+    if engine_of(args) == LLAMA_SERVER:
+        settings = settings_from_args(args)
+        summary, plan = reply_on_server(args, settings, lambda events: stream(events, args.color))
+        print_summary(summary, settings.draft_max)
+        print(plan, file=sys.stderr)
+        if args.json:
+            print(json_result(summary))
+        return 0
 
     settings = settings_from_args(args)
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from app.engine.drafting.ngram_cache import not_a_cache_file
 
 IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache")
 # llama.cpp's other types: named, so that asking for one is "not implemented", not "unknown".
-NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v")
+NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v")
 # --spec-type name -> the engine's drafter kind (app.engine.drafting.pair)
 ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
 MOD_DEFAULTS = astuple(ModParams())  # the engine's own (n-match, n-min, n-max)
@@ -37,26 +37,33 @@ class UsageError(SpeculaError):
     exit_code = 2
 
 
-def spec_types(value: str) -> tuple[str, ...]:
-    """argparse type of --spec-type: known, implemented names, none alone."""
+def spec_types(value: str, server: bool = False) -> tuple[str, ...]:
+    """argparse type of --spec-type: known, implemented names, none alone; with `server` (run,
+    which can run llama-server) every llama.cpp type."""
     names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
     if not names:
         raise argparse.ArgumentTypeError("needs a type, e.g. ngram-simple")
     for name in names:
-        if name in NOT_IMPLEMENTED:
+        if name in NOT_IMPLEMENTED and not server:
             raise argparse.ArgumentTypeError(
-                f"{name} is not implemented in specula (implemented: {', '.join(IMPLEMENTED)})")
-        if name not in IMPLEMENTED:
+                f"{name} is not implemented in specula's own loop (implemented: {', '.join(IMPLEMENTED)}); "
+                f"`specula run --engine llama-server --spec-type {name}` runs it on llama.cpp's own server")
+        if name not in IMPLEMENTED + NOT_IMPLEMENTED:
             raise argparse.ArgumentTypeError(f"unknown type {name!r} (known: {', '.join(IMPLEMENTED + NOT_IMPLEMENTED)})")
     if "none" in names and len(names) > 1:
         raise argparse.ArgumentTypeError("none cannot be combined with other types")
     return names
 
 
-def add_spec_flags(parser: argparse.ArgumentParser) -> None:
-    """The drafting flags of run, bench and serve."""
+def spec_types_any(value: str) -> tuple[str, ...]:
+    """argparse type of run's --spec-type: llama.cpp's types our loop lacks run on llama-server."""
+    return spec_types(value, server=True)
+
+
+def add_spec_flags(parser: argparse.ArgumentParser, server: bool = False) -> None:
+    """The drafting flags of run, bench and serve; `server`: every llama.cpp type (run)."""
     parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", metavar="FILE", help="draft model: a GGUF file; the main model's vocabulary drafts token by token, another vocabulary through text (re-tokenized, each step costs more)")
-    parser.add_argument("--spec-type", type=spec_types, default=None, metavar="TYPE[,TYPE...]", help=SPEC_TYPE_HELP)
+    parser.add_argument("--spec-type", type=spec_types_any if server else spec_types, default=None, metavar="TYPE[,TYPE...]", help=SPEC_TYPE_HELP)
     parser.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model: the older name of --spec-type ngram-simple")
     parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")
     parser.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="layers of the draft model on the GPU")

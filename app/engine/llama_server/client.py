@@ -6,16 +6,19 @@ connection per request costs nothing that matters next to a model's reply."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from app.engine.errors import SpeculaError
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few, and the timings
 
 
 class ServerError(SpeculaError):
@@ -35,6 +38,7 @@ class ServerReply:
     predicted_ms: float
     draft_n: int
     draft_n_accepted: int
+    stop_type: str = ""  # "eos", "limit" (n_predict), "word" (a stop string); "" where not said
 
     @property
     def decode_tps(self) -> float | None:
@@ -44,6 +48,22 @@ class ServerReply:
     @property
     def accept_rate(self) -> float | None:
         return self.draft_n_accepted / self.draft_n if self.draft_n else None
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One streamed /completion chunk: its tokens and text, whether it is the last, and the
+    server's cumulative drafted/accepted counts so far (timings_per_token)."""
+
+    tokens: tuple[int, ...]
+    text: str
+    stop: bool
+    draft_n: int
+    draft_n_accepted: int
+    final: ServerReply | None = None  # the last chunk's whole timings
+    # Tokens generated so far: llama-server holds back a token whose text ends inside a UTF-8
+    # character and streams it with the next, whose chunk names only its own token id.
+    n_decoded: int = 0
 
 
 class ServerClient:
@@ -73,6 +93,54 @@ class ServerClient:
             body.update(temperature=0.0, top_k=1, samplers=["top_k"])
         body.update(extra or {})
         return parse_completion(self._request("POST", "/completion", body, self.timeout_s))
+
+    def tokenize(self, text: str) -> list[int]:
+        """The model's tokens for `text`, special tokens parsed and BOS added as the model asks."""
+        answer = self._request("POST", "/tokenize", {"content": text, "add_special": True}, self.timeout_s)
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                    for t in tokens):
+            raise ServerError(f"{self.base_url}/tokenize: the answer has no list of token ids")
+        return tokens
+
+    def apply_template(self, messages: list[dict[str, str]]) -> str:
+        """The prompt the model's chat template makes of `messages` (llama-server's /apply-template)."""
+        answer = self._request("POST", "/apply-template", {"messages": messages}, self.timeout_s)
+        prompt = answer.get("prompt") if isinstance(answer, dict) else None
+        if not isinstance(prompt, str):
+            raise ServerError(f"{self.base_url}/apply-template: the answer has no prompt text")
+        return prompt
+
+    def stream(self, prompt_ids: Sequence[int], n_predict: int, sampling: dict[str, Any],
+               cancelled: Callable[[], bool] | None = None) -> Iterator[StreamChunk]:
+        """A reply streamed chunk by chunk (server-sent events), each with the server's drafted
+        and accepted counts so far. `sampling`: llama-server's fields (temperature, top_k, ...).
+        Stops reading (and closes the connection, which stops the server's generation) once
+        `cancelled()` says so."""
+        body = {"prompt": [int(t) for t in prompt_ids], "n_predict": int(n_predict), "cache_prompt": True,
+                "return_tokens": True, "stream": True, "timings_per_token": True, **sampling}
+        url = urllib.parse.urlsplit(self.base_url)
+        connection_type = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        connection = connection_type(url.hostname, url.port, timeout=self.timeout_s)
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        where = f"{self.base_url}/completion"
+        try:
+            connection.request("POST", url.path.rstrip("/") + "/completion", json.dumps(body), headers)
+            answer = connection.getresponse()
+            if answer.status != 200:
+                raise ServerError(f"{where}: HTTP {answer.status} {_short(answer.read(2048))}")
+            for data in _events(answer, where):
+                chunk = parse_chunk(data)
+                yield chunk
+                if chunk.stop or (cancelled is not None and cancelled()):
+                    return
+            raise ServerError(f"{where}: the stream ended before the reply did")
+        except (OSError, http.client.HTTPException) as exc:
+            raise ServerError(f"{where}: the connection failed ({exc})") from None
+        finally:
+            connection.close()
 
     def _request(self, method: str, path: str, body: dict | None, timeout_s: float) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -110,10 +178,58 @@ def parse_completion(answer: Any) -> ServerReply:
     timings = answer.get("timings", {})
     if not isinstance(timings, dict):
         raise ServerError("llama-server's answer has timings that are not an object")
+    stop_type = answer.get("stop_type", "")
     return ServerReply(tuple(tokens), text,
                        _count(timings, "prompt_n"), _duration(timings, "prompt_ms"),
                        _count(timings, "predicted_n"), _duration(timings, "predicted_ms"),
-                       _count(timings, "draft_n"), _count(timings, "draft_n_accepted"))
+                       _count(timings, "draft_n"), _count(timings, "draft_n_accepted"),
+                       stop_type if isinstance(stop_type, str) else "")
+
+
+def _events(answer, where: str) -> Iterator[Any]:
+    """The JSON objects of a server-sent event stream ("data: {...}" lines)."""
+    while True:
+        line = answer.readline(_MAX_EVENT_BYTES + 1)
+        if not line:
+            return
+        if len(line) > _MAX_EVENT_BYTES:
+            raise ServerError(f"{where}: a streamed chunk is larger than {_MAX_EVENT_BYTES >> 20} MiB")
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            if line.startswith(b"error:"):
+                raise ServerError(f"{where}: {_short(line)}")
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return
+        try:
+            yield json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise ServerError(f"{where}: a streamed chunk is not JSON: {_short(payload)}") from None
+
+
+def parse_chunk(data: Any) -> StreamChunk:
+    """A StreamChunk from one streamed JSON object, every field checked."""
+    if not isinstance(data, dict):
+        raise ServerError("llama-server's streamed chunk is not a JSON object")
+    if "error" in data:
+        raise ServerError(f"llama-server: {_short(json.dumps(data['error']).encode())}")
+    stop = data.get("stop", False)
+    if not isinstance(stop, bool):
+        raise ServerError("llama-server's streamed chunk has a stop that is not true or false")
+    tokens = data.get("tokens", [])
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                for t in tokens):
+        raise ServerError("llama-server's streamed chunk has no list of token ids")
+    text = data.get("content", "")
+    if not isinstance(text, str):
+        raise ServerError("llama-server's streamed chunk has a content that is not text")
+    timings = data.get("timings", {})
+    if not isinstance(timings, dict):
+        raise ServerError("llama-server's streamed chunk has timings that are not an object")
+    final = parse_completion({**data, "tokens": tokens}) if stop else None
+    return StreamChunk(tuple(tokens), text, stop, _count(timings, "draft_n"), _count(timings, "draft_n_accepted"),
+                       final, _count(data, "tokens_predicted"))
 
 
 def _count(timings: dict, key: str) -> int:

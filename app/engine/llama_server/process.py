@@ -4,6 +4,7 @@ with it: a context manager, so that no server outlives the command or test that 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import subprocess
 import tempfile
@@ -18,6 +19,8 @@ from app.engine.llama_server.programs import SERVER, find_program, missing_reaso
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 120.0
+# "0.00.418.790 E srv    load_model: failed to create MTP context": llama.cpp's time and level
+_LOG_PREFIX = re.compile(r"^(?:[\d.]+ ([A-Z]) )?(.*)$")
 
 
 class ServerStartError(SpeculaError):
@@ -90,14 +93,18 @@ class LlamaServer:
             time.sleep(0.05)
         raise ServerStartError(f"llama-server did not answer within {self.start_timeout_s:.0f} s: {self.log_tail()}")
 
-    def log_tail(self, lines: int = 3) -> str:
-        """The server log's last meaningful lines, joined into one."""
+    def log_tail(self, lines: int = 2) -> str:
+        """The server log's error lines (else its last lines), without llama.cpp's time and
+        level prefixes, joined into one."""
         if self._log is None:
             return ""
         self._log.seek(0)
-        text = self._log.read().decode("utf-8", "replace")
-        kept = [line.strip() for line in text.splitlines() if line.strip()]
-        return " | ".join(kept[-lines:]) or "no output"
+        text = self._log.read(1 << 20).decode("utf-8", "replace")
+        parsed = [_LOG_PREFIX.match(line.strip()) for line in text.splitlines() if line.strip()]
+        errors = [m.group(2) for m in parsed if m and m.group(1) == "E"]
+        kept = errors or [m.group(2) if m else "" for m in parsed]
+        kept = [" ".join(line.split()) for line in kept if line.strip()]
+        return "; ".join(kept[-lines:]) or "no output"
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -1,0 +1,93 @@
+"""`specula run --engine llama-server`: the reply from llama.cpp's own server, started here on
+127.0.0.1 with the model, draft and --spec-type given (every llama.cpp type, also those Specula's
+own loop does not run: draft-mtp, draft-eagle3, draft-dflash, draft-dspark), streamed and printed
+as `specula run` prints its own: the text, the summary with llama.cpp's drafted/accepted counts,
+and with --json the same fields."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from app.cli.spec_args import IMPLEMENTED, NOT_IMPLEMENTED, UsageError
+from app.hub.builtin import resolve_model_arg
+
+if TYPE_CHECKING:
+    from app.engine.loop.events import RunSummary
+
+SPECULA, LLAMA_SERVER = "specula", "llama-server"
+ENGINES = (SPECULA, LLAMA_SERVER)
+SERVER_ONLY = tuple(t for t in NOT_IMPLEMENTED if t not in IMPLEMENTED)
+
+
+def add_engine_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="what runs the reply: specula (its own loop in this process, the default) or "
+                             "llama-server (llama.cpp's own server and speculation, started here on 127.0.0.1; "
+                             f"the default for a --spec-type only it runs: {', '.join(SERVER_ONLY)})")
+
+
+def engine_of(args: argparse.Namespace) -> str:
+    server_only = [t for t in (getattr(args, "spec_type", None) or ()) if t in SERVER_ONLY]
+    if args.engine == SPECULA and server_only:
+        raise UsageError(f"--spec-type {server_only[0]} runs only on llama-server (--engine llama-server)")
+    return args.engine or (LLAMA_SERVER if server_only else SPECULA)
+
+
+def server_flags(args: argparse.Namespace) -> list[str]:
+    """llama-server's flags for run's: its own names, and llama.cpp's defaults for the
+    speculative values run leaves at Specula's (a ceiling of 64 for our measured length is not
+    llama.cpp's fixed length)."""
+    from app.cli.spec_args import add_spec_flags
+
+    flags = ["-fa", args.flash_attn]
+    if args.threads:
+        flags += ["-t", str(args.threads), "-tb", str(args.threads)]
+    if args.ctx_size:
+        flags += ["-c", str(args.ctx_size)]
+    if args.n_gpu_layers is not None:
+        flags += ["-ngl", str(args.n_gpu_layers)]
+    types = [t for t in (args.spec_type or ()) if t != "none"] + (["ngram-simple"] if args.lookup else [])
+    if args.model_draft:
+        flags += ["-md", str(resolve_model_arg(args.model_draft))]
+        types = types or ["draft-simple"]
+        if args.n_gpu_layers_draft is not None:
+            flags += ["-ngld", str(args.n_gpu_layers_draft)]
+        if args.ctx_size_draft:
+            flags += ["-cd", str(args.ctx_size_draft)]
+    if types:
+        flags += ["--spec-type", ",".join(dict.fromkeys(types))]
+    defaults = argparse.ArgumentParser()
+    add_spec_flags(defaults)
+    for dest, flag in (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n-min"),
+                       ("draft_p_min", "--spec-draft-p-min"), ("spec_ngram_mod_n_match", "--spec-ngram-mod-n-match"),
+                       ("spec_ngram_mod_n_min", "--spec-ngram-mod-n-min"), ("spec_ngram_mod_n_max", "--spec-ngram-mod-n-max")):
+        value = getattr(args, dest, None)
+        if value is not None and value != defaults.get_default(dest):
+            flags += [flag, str(value)]
+    return flags
+
+
+def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator], "RunSummary"]):
+    """(summary, plan line) of the reply from llama-server, started for it and stopped after it;
+    `show` consumes the reply's events as they stream (run prints them) and returns the summary."""
+    from app.engine.llama_server.engine import generate_on_server
+    from app.engine.llama_server.process import LlamaServer
+
+    text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
+    model = resolve_model_arg(args.model)
+    flags = server_flags(args)
+    types = flags[flags.index("--spec-type") + 1] if "--spec-type" in flags else "none"
+    with LlamaServer(model, flags) as server:
+        client = server.client
+        prompt = client.apply_template(_messages(args, text)) if args.chat else text
+        ids = client.tokenize(prompt)
+        summary = show(generate_on_server(client, ids, settings.max_new_tokens, settings.sampling,
+                                          f"llama-server {types}"))
+    return summary, f"plan: llama-server (llama.cpp's own engine and speculation: --spec-type {types}) on {model.name}"
+
+
+def _messages(args: argparse.Namespace, text: str) -> list[dict[str, str]]:
+    system = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+    return system + [{"role": "user", "content": text}]
