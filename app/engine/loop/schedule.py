@@ -109,6 +109,8 @@ class AdaptiveDraftLength:
         (Drafter.token_cost_s); with verify_cost it prices drafting from the first step on."""
         self.draft_max = draft_max
         self._verify_cost = verify_cost
+        one = verify_cost(1) if verify_cost is not None else 0.0
+        self._curve_table = [verify_cost(k + 1) / one for k in range(draft_max + 1)] if one > 0 else []
         self._draft_token_s = draft_token_s
         self._failed_probes = 0
         # Per draft position i: decayed counts of "reached" (every earlier draft accepted) and
@@ -133,6 +135,7 @@ class AdaptiveDraftLength:
         # acceptance rates it was chosen on: what a test checks the arithmetic of.
         self.last_choice: tuple[str, list[float]] = ("rates", [])
         self._cost_memo: dict[int, float] = {}
+        self._copy = [0.0, 0.0]  # decayed (accepted, reached) positions of drafts on a copy's hope
 
     def rates(self) -> list[float]:
         """P(draft position i is accepted | all earlier ones were), with a weak, hopeful prior
@@ -193,7 +196,10 @@ class AdaptiveDraftLength:
         return 1.0 + _PRIOR_SLOPE * k
 
     def _curve_relative(self, k: int) -> float:
-        """A verify of k drafts against a step of none, as the plan's measured curve has it."""
+        """A verify of k drafts against a step of none, as the plan's measured curve has it
+        (read once per length: the curve is fixed for the reply)."""
+        if k < len(self._curve_table):
+            return self._curve_table[k]
         return self._verify_cost(k + 1) / self._verify_cost(1)
 
     def curve_factor(self) -> float:
@@ -299,9 +305,20 @@ class AdaptiveDraftLength:
         or better where seen), over the whole measured curve; 0 where no length pays even then.
         A one-token probe here lost on a curve where two tokens cost 2.1x one (Gemma 3 270M on
         a Zen 4: 1.9 tokens at best for 2.1 steps' time), where a long draft pays (9 tokens 4.65x)."""
-        rates = [max(rate, _COPY_RATE) for rate in self.rates()[:k_max]]
+        copy_rate = self._copy_rate()
+        rates = [max(rate, copy_rate) for rate in self.rates()[:k_max]]
         self.last_choice = ("copy", rates)
         return best_length_for(rates, self.relative_cost, k_max)
+
+    def _copy_rate(self) -> float:
+        """P(a draft position is accepted) where the drafter sees a copy running and the rates
+        made no length pay: _COPY_RATE until such drafts are seen, then what they earned. A
+        reply that restates the question and then goes its own way (the bench's maths prompt)
+        had every such draft rejected, drafted long each step at the fixed hope, and ran at
+        0.70x of plain decoding."""
+        accepted, reached = self._copy
+        weight = sum(_PRIOR_ALPHA)
+        return (accepted + weight * _COPY_RATE) / (reached + weight)
 
     def _unsure_rate(self) -> float:
         """P(the first draft is accepted) where the drafter sees no copy running. Prompt lookup's
@@ -363,6 +380,9 @@ class AdaptiveDraftLength:
             self.accepted[i] *= _TRIAL_DECAY
         if self._step_unsure:
             self._unsure = [self._unsure[0] * _TRIAL_DECAY + float(n_accepted > 0), self._unsure[1] * _TRIAL_DECAY + 1.0]
+        if self.last_choice[0] == "copy":  # a draft on the copy's hope: what it earned, position by position
+            reached = min(n_accepted + 1, n_drafted)
+            self._copy = [self._copy[0] * _TRIAL_DECAY + n_accepted, self._copy[1] * _TRIAL_DECAY + reached]
         for i in range(min(n_accepted + 1, n_drafted, self.draft_max)):
             self.reached[i] += 1.0
             self.accepted[i] += 1.0 if i < n_accepted else 0.0
@@ -416,9 +436,12 @@ def best_length_for(rates: list[float], relative_cost: float | Callable[[int], f
         expected += run
         if k < k_min:
             continue
-        rate = expected / cost(k)
+        step_cost = cost(k)
+        rate = expected / step_cost
         if rate > best_rate * 1.0001:
             best_k, best_rate = k, rate
+        elif (expected + run * (k_max - k)) / step_cost < best_rate:
+            break  # no longer draft can catch up: rates are at most 1 and a longer step costs no less
     # Never a length expected to run slower than plain decoding, forced or not.
     return best_k if best_rate >= 1.0 else 0
 
