@@ -195,3 +195,56 @@ def test_run_on_llama_server_is_our_greedy_reply_token_for_token(capsys, demo_pa
         assert code == 0, err
         replies.append(json.loads(out.strip().splitlines()[-1]))
     assert replies[0]["tokens"] == replies[1]["tokens"] and replies[0]["text"] == replies[1]["text"]
+
+
+def _workers(n: int):
+    """n llama.cpp rpc-server workers on 127.0.0.1, as `specula rpc-worker` starts them."""
+    import subprocess
+    import time
+
+    from app.engine.llama_server.process import free_port
+    from app.engine.llama_server.programs import RPC_SERVER
+
+    program = find_program(RPC_SERVER)
+    ports = [free_port() for _ in range(n)]
+    procs = [subprocess.Popen([str(program), "-H", "127.0.0.1", "-p", str(p), "-t", "1"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for p in ports]
+    time.sleep(0.5)
+    return procs, ",".join(f"127.0.0.1:{p}" for p in ports)
+
+
+def test_a_model_split_across_two_rpc_workers_gives_the_local_reply(capsys, tiny_paths):
+    _require_server()
+    procs, endpoints = _workers(2)
+    try:
+        common = ["run", "-m", str(tiny_paths["llama-f32"]), "-p", "Once upon a time", "-n", "10", "--temp", "0",
+                  "--json", "-t", "1", "--engine", "llama-server"]
+        code, out, err = _run(capsys, *common)
+        assert code == 0, err
+        local = json.loads(out.strip().splitlines()[-1])
+        code, out, err = _run(capsys, *common, "--rpc", endpoints)
+        assert code == 0, err
+        split = json.loads(out.strip().splitlines()[-1])
+        assert split["text"] == local["text"] and split["n_predicted"] == local["n_predicted"]
+        assert f"split across RPC workers {endpoints}" in err
+        procs[1].kill()
+        procs[1].wait()
+        code, out, err = _run(capsys, *common, "--rpc", endpoints)  # a worker gone: llama-server stops, we say so
+        assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert err.startswith("specula: error: llama-server")
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_rpc_flags_are_checked_and_a_worker_off_loopback_is_warned_about(capsys, tiny_paths):
+    _require_server()
+    code, _, err = _run(capsys, "run", "-m", str(tiny_paths["llama-f32"]), "-p", "hi", "--rpc", "nohost")
+    assert code == 2 and "'nohost' is not HOST:PORT" in err
+    code, _, err = _run(capsys, "run", "-m", str(tiny_paths["llama-f32"]), "-p", "hi", "--rpc", "127.0.0.1:1",
+                        "--engine", "specula")
+    assert code == 2 and "--rpc runs only on llama-server" in err
+    code, _, err = _run(capsys, "rpc-worker", "--host", "256.0.0.1", "--port", "50999")  # no such address
+    lines = err.strip().splitlines()
+    assert code == 1 and "no authentication" in lines[0] and lines[-1].startswith("specula: error: the RPC worker stopped")

@@ -28,11 +28,32 @@ def add_engine_flag(parser: argparse.ArgumentParser) -> None:
                              f"the default for a --spec-type only it runs: {', '.join(SERVER_ONLY)})")
 
 
+def add_rpc_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
+                        help="split the main model across llama.cpp RPC workers (specula rpc-worker) as llama.cpp's "
+                             "--rpc does; runs on llama-server, so that a worker that goes away stops only it")
+
+
 def engine_of(args: argparse.Namespace) -> str:
+    """The engine the flags ask for: llama-server for a type only it runs and for --rpc (a lost
+    RPC worker aborts the llama.cpp process that uses it: a child, never Specula)."""
     server_only = [t for t in (getattr(args, "spec_type", None) or ()) if t in SERVER_ONLY]
-    if args.engine == SPECULA and server_only:
-        raise UsageError(f"--spec-type {server_only[0]} runs only on llama-server (--engine llama-server)")
-    return args.engine or (LLAMA_SERVER if server_only else SPECULA)
+    needs = f"--spec-type {server_only[0]}" if server_only else "--rpc" if getattr(args, "rpc", None) else None
+    if args.engine == SPECULA and needs:
+        raise UsageError(f"{needs} runs only on llama-server (--engine llama-server)")
+    return args.engine or (LLAMA_SERVER if needs else SPECULA)
+
+
+def rpc_endpoints(value: str) -> list[str]:
+    """HOST:PORT,... checked (one line, exit 2, for anything else)."""
+    endpoints = [v.strip() for v in value.split(",") if v.strip()]
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--rpc: {endpoint!r} is not HOST:PORT")
+    if not endpoints:
+        raise UsageError("--rpc needs HOST:PORT")
+    return endpoints
 
 
 def server_flags(args: argparse.Namespace) -> list[str]:
@@ -46,8 +67,10 @@ def server_flags(args: argparse.Namespace) -> list[str]:
         flags += ["-t", str(args.threads), "-tb", str(args.threads)]
     if args.ctx_size:
         flags += ["-c", str(args.ctx_size)]
-    if args.n_gpu_layers is not None:
-        flags += ["-ngl", str(args.n_gpu_layers)]
+    if getattr(args, "rpc", None):
+        flags += ["--rpc", ",".join(rpc_endpoints(args.rpc))]
+    if args.n_gpu_layers is not None or getattr(args, "rpc", None):  # with workers: every layer offloaded to them
+        flags += ["-ngl", str(999 if args.n_gpu_layers is None else args.n_gpu_layers)]
     types = [t for t in (args.spec_type or ()) if t != "none"] + (["ngram-simple"] if args.lookup else [])
     if args.model_draft:
         flags += ["-md", str(resolve_model_arg(args.model_draft))]
@@ -85,7 +108,9 @@ def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator
         ids = client.tokenize(prompt)
         summary = show(generate_on_server(client, ids, settings.max_new_tokens, settings.sampling,
                                           f"llama-server {types}"))
-    return summary, f"plan: llama-server (llama.cpp's own engine and speculation: --spec-type {types}) on {model.name}"
+    workers = f", the model split across RPC workers {args.rpc}" if getattr(args, "rpc", None) else ""
+    return summary, (f"plan: llama-server (llama.cpp's own engine and speculation: --spec-type {types}) on "
+                     f"{model.name}{workers}")
 
 
 def _messages(args: argparse.Namespace, text: str) -> list[dict[str, str]]:
