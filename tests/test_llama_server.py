@@ -248,3 +248,58 @@ def test_rpc_flags_are_checked_and_a_worker_off_loopback_is_warned_about(capsys,
     code, _, err = _run(capsys, "rpc-worker", "--host", "256.0.0.1", "--port", "50999")  # no such address
     lines = err.strip().splitlines()
     assert code == 1 and "no authentication" in lines[0] and lines[-1].startswith("specula: error: the RPC worker stopped")
+
+
+def test_run_against_a_server_at_a_url_with_its_key(capsys, tiny_paths, tmp_path):
+    _require_server()
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret-key\n")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-it\n")
+    with LlamaServer(tiny_paths["llama-q8"], ["-t", "1", "--api-key", "s3cret-key"]) as server:
+        common = ["run", "-m", "ignored", "-p", "Once upon a time", "-n", "6", "--temp", "0", "--json",
+                  "--server", server.url]
+        code, out, err = _run(capsys, *common, "--api-key-file", str(key_file))
+        assert code == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["n_predicted"] == 6
+        assert "s3cret" not in out + err and f"the llama-server at {server.url}" in err
+        code, out, err = _run(capsys, *common, "--api-key-file", str(wrong))
+        assert code == 1 and len(err.strip().splitlines()) == 1 and "HTTP 401" in err and "not-it" not in err
+        url = server.url
+    code, _, err = _run(capsys, "run", "-m", "x", "-p", "hi", "--server", url)  # stopped now
+    assert code == 1 and "could not connect" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(capsys, "run", "-m", "x", "-p", "hi", "--server", "ftp://host/")
+    assert code == 2 and "is not an http:// or https:// URL" in err
+
+
+class _Cutoff(_Standin):
+    """A stand-in that streams two good chunks and closes the connection mid-reply."""
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for token in (5, 6):
+            chunk = {"content": "x", "tokens": [token], "stop": False, "tokens_predicted": token - 4}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.flush()
+
+
+def test_a_stream_cut_off_mid_reply_is_one_line():
+    from app.engine.llama_server.engine import generate_on_server
+    from app.engine.loop.sampling import SamplingParams
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Cutoff)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ServerClient(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
+        seen = []
+        with pytest.raises(ServerError) as caught:
+            for event in generate_on_server(client, [1, 2], 8, SamplingParams(temperature=0.0), "x"):
+                seen.append(event)
+        assert "the stream ended before the reply did" in str(caught.value)
+        assert [t for e in seen for t in e.tokens] == [5, 6]  # what came is kept: the chat keeps it
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli import add_model_flags, add_sampling_flags, backend_kwargs
-from app.cli.run_server import LLAMA_SERVER, add_engine_flag, add_rpc_flag, engine_of, reply_on_server
+from app.cli.run_server import (LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of,
+                                reply_on_server)
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 
@@ -33,6 +34,7 @@ def register(sub) -> None:
     add_model_flags(run, server=True)
     add_engine_flag(run)
     add_rpc_flag(run)
+    add_server_flags(run)
     add_sampling_flags(run)
     prompt = run.add_mutually_exclusive_group(required=True)
     prompt.add_argument("-p", "--prompt", help="the prompt")

@@ -28,6 +28,37 @@ def add_engine_flag(parser: argparse.ArgumentParser) -> None:
                              f"the default for a --spec-type only it runs: {', '.join(SERVER_ONLY)})")
 
 
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", metavar="URL", default=None,
+                        help="a llama-server already running (here or elsewhere) answers instead: its URL, e.g. "
+                             "http://127.0.0.1:8080 (https is verified); -m then only names the model")
+    parser.add_argument("--api-key-file", metavar="FILE", default=None,
+                        help="with --server: a file holding its API key (read, never printed or logged)")
+
+
+def read_api_key(path: str | None) -> str | None:
+    """The key in `path` (its first line), one line (exit 2) where it cannot be read."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--api-key-file: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key or any(not c.isprintable() or c.isspace() for c in key):
+        raise UsageError(f"--api-key-file: {path} holds no key on its first line")
+    return key
+
+
+def check_server_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--server: {url!r} is not an http:// or https:// URL")
+    return url.rstrip("/")
+
+
 def add_rpc_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
                         help="split the main model across llama.cpp RPC workers (specula rpc-worker) as llama.cpp's "
@@ -38,7 +69,8 @@ def engine_of(args: argparse.Namespace) -> str:
     """The engine the flags ask for: llama-server for a type only it runs and for --rpc (a lost
     RPC worker aborts the llama.cpp process that uses it: a child, never Specula)."""
     server_only = [t for t in (getattr(args, "spec_type", None) or ()) if t in SERVER_ONLY]
-    needs = f"--spec-type {server_only[0]}" if server_only else "--rpc" if getattr(args, "rpc", None) else None
+    needs = (f"--spec-type {server_only[0]}" if server_only else "--rpc" if getattr(args, "rpc", None)
+             else "--server" if getattr(args, "server", None) else None)
     if args.engine == SPECULA and needs:
         raise UsageError(f"{needs} runs only on llama-server (--engine llama-server)")
     return args.engine or (LLAMA_SERVER if needs else SPECULA)
@@ -95,22 +127,30 @@ def server_flags(args: argparse.Namespace) -> list[str]:
 def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator], "RunSummary"]):
     """(summary, plan line) of the reply from llama-server, started for it and stopped after it;
     `show` consumes the reply's events as they stream (run prints them) and returns the summary."""
-    from app.engine.llama_server.engine import generate_on_server
+    from app.engine.llama_server.client import ServerClient
     from app.engine.llama_server.process import LlamaServer
 
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
+    if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
+        client = ServerClient(check_server_url(args.server), read_api_key(args.api_key_file))
+        summary = _reply(client, args, text, settings, show, "llama-server at its URL")
+        return summary, f"plan: the llama-server at {args.server} (its model and speculation)"
     model = resolve_model_arg(args.model)
     flags = server_flags(args)
     types = flags[flags.index("--spec-type") + 1] if "--spec-type" in flags else "none"
     with LlamaServer(model, flags) as server:
-        client = server.client
-        prompt = client.apply_template(_messages(args, text)) if args.chat else text
-        ids = client.tokenize(prompt)
-        summary = show(generate_on_server(client, ids, settings.max_new_tokens, settings.sampling,
-                                          f"llama-server {types}"))
+        summary = _reply(server.client, args, text, settings, show, f"llama-server {types}")
     workers = f", the model split across RPC workers {args.rpc}" if getattr(args, "rpc", None) else ""
     return summary, (f"plan: llama-server (llama.cpp's own engine and speculation: --spec-type {types}) on "
                      f"{model.name}{workers}")
+
+
+def _reply(client, args: argparse.Namespace, text: str, settings, show, drafter: str) -> "RunSummary":
+    from app.engine.llama_server.engine import generate_on_server
+
+    prompt = client.apply_template(_messages(args, text)) if args.chat else text
+    ids = client.tokenize(prompt)
+    return show(generate_on_server(client, ids, settings.max_new_tokens, settings.sampling, drafter))
 
 
 def _messages(args: argparse.Namespace, text: str) -> list[dict[str, str]]:
