@@ -133,9 +133,21 @@ def test_gpu_asked_for_where_there_is_none(tiny_paths, kwargs):
     assert "CUDA" in message
 
 
-def test_errors_are_specula_errors():
-    for cls in (ModelFileError, UnsupportedModelError, InsufficientMemoryError, DeviceError, LoadCancelled):
-        assert issubclass(cls, SpeculaError)
+@pytest.mark.parametrize("cls", [ModelFileError, UnsupportedModelError, InsufficientMemoryError, DeviceError,
+                                 LoadCancelled])
+def test_each_load_error_reaches_a_user_as_one_line(cls, monkeypatch, capsys):
+    """Every error a load raises is a SpeculaError, which the command line turns into one line
+    and an exit code, never a traceback."""
+    from app.cli import main, run
+
+    def failing(args):
+        raise cls("the model could not be loaded: a reason")
+
+    assert issubclass(cls, SpeculaError)
+    monkeypatch.setattr(run, "cmd_run", failing)
+    code = main(["run", "-m", "any.gguf", "-p", "hi"])
+    err = capsys.readouterr().err
+    assert code != 0 and err == "specula: error: the model could not be loaded: a reason\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -62,16 +61,30 @@ def test_followers_per_ngram_are_bounded_and_counts_kept_by_frequency():
     assert cache.predict([7, 8, 9]) is None  # 1 is 3 of 8: no majority
 
 
-def test_a_miss_costs_almost_nothing():
+class _CountingTable(dict):
+    """The cache's table, counting its lookups."""
+
+    lookups = 0
+
+    def get(self, key, default=None):
+        type(self).lookups += 1
+        return super().get(key, default)
+
+
+def test_a_miss_costs_a_few_lookups_whatever_the_cache_holds():
+    """A miss costs N_MAX - N_MIN + 1 dictionary lookups (one per n-gram length), however many
+    n-grams the cache holds and however long the context: counted, not timed (a wall-clock bound
+    is flaky on a busy 2-core machine)."""
+    from app.engine.drafting.ngram_cache import N_MAX, N_MIN
+
     cache = NgramCache("k")
     for start in range(0, 60_000, 6):
         cache.learn(list(range(start, start + 6)))
+    cache._table = _CountingTable(cache._table)
     context = list(range(100_000, 101_000))
-    started = time.perf_counter()
-    for _ in range(10_000):
-        cache.continuation(context, 16)
-    per_miss = (time.perf_counter() - started) / 10_000
-    assert per_miss < 50e-6, per_miss  # microseconds, against milliseconds for a verify
+    for _ in range(100):
+        assert cache.continuation(context, 16) == (0, ())
+    assert _CountingTable.lookups == 100 * (N_MAX - N_MIN + 1)
 
 
 def test_saved_cache_survives_a_restart(tmp_path):

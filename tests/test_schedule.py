@@ -358,7 +358,11 @@ def test_a_cheap_draft_model_drafts_from_the_first_step():
     """Where the draft's measured step is cheap against a flat verify (a GPU), the prior's hopeful
     acceptance makes drafting pay at once, as llama.cpp's fixed length does."""
     schedule = AdaptiveDraftLength(16, lambda n: CPU_STEP_S * (1.0 + 0.02 * (n - 1)), draft_token_s=0.05 * CPU_STEP_S)
-    assert schedule.length(64, catch_up=lambda: 1.0) >= 4
+    # The prior's rates (0.9) priced on the flat curve plus the draft's own steps: 1.02 + 0.07 per
+    # drafted token pays up to the longest draft allowed, which the first step drafts.
+    prior = best_length_for([0.9] * 16, lambda k: 1.0 + 0.02 * k + 0.05 * k, 16)
+    assert prior >= 8
+    assert schedule.length(64, catch_up=lambda: 1.0) == prior
 
 
 def test_probes_wait_for_a_catch_up_within_the_probe_budget():

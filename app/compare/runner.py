@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 from dataclasses import replace
 from typing import Callable
 
-import torch
 
 from app.compare.choices import plan_configs
 from app.compare.memory import PeakRss
@@ -179,9 +179,9 @@ class Runner:
 
     def _run_prompt(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, index: int,
                     ids: list[int], peak: PeakRss, repeat: int = 0) -> PromptResult:
-        on_cuda = main.plan.gpu == "cuda" and torch.cuda.is_available()
-        if on_cuda:
-            torch.cuda.reset_peak_memory_stats()
+        cuda = _torch_cuda(main)
+        if cuda is not None:
+            cuda.reset_cuda_peak()
         kv = self._kv(main)
         timeline: list[tuple[int, float]] = []
         first_at = None
@@ -208,7 +208,7 @@ class Runner:
             n_accepted=summary.n_accepted, accepted_by_position=summary.accepted_by_position,
             drafted_by_position=summary.drafted_by_position, stop_reason=summary.stop_reason.value,
             tokens=tokens, text=summary.text, timeline=tuple(timeline), peak_rss_bytes=peak.value,
-            peak_gpu_bytes=int(torch.cuda.max_memory_allocated()) if on_cuda else None,
+            peak_gpu_bytes=cuda.cuda_peak_bytes() if cuda is not None else None,
             identical=same if self.request.settings.greedy else None, repeat=repeat,
         )
 
@@ -272,14 +272,24 @@ def _groups(configs: list[ConfigSpec]) -> list[list[ConfigSpec]]:
     return list(groups.values())
 
 
+def _torch_cuda(main: LoadedModel):
+    """The torch backend's CUDA helpers where the main model runs there, else None: a
+    comparison on llama.cpp never imports torch."""
+    if main.plan.gpu != "cuda":
+        return None
+    from app.engine.backends import torch_device
+
+    return torch_device
+
+
 def _free_memory() -> None:
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if "torch" in sys.modules:  # only where a torch model ran
+        from app.engine.backends import torch_device
+
+        torch_device.release_cuda_cache()
 
 
 def _machine(main: LoadedModel) -> str:
-    where = f"{torch.get_num_threads()} CPU threads"
-    if main.plan.gpu == "cuda" and torch.cuda.is_available():
-        where = torch.cuda.get_device_name(0)
-    return f"{where}, torch {torch.__version__.split('+')[0]}"
+    """What ran the comparison, as the plan line says it (llama.cpp or torch, device, threads)."""
+    return main.plan.describe()

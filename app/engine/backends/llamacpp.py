@@ -270,11 +270,6 @@ class LlamaRows:
         """The greedy token at position i (the first of equal maxima, as torch's argmax)."""
         return first_argmax(self._view[i])
 
-    def top_gap(self, i: int) -> float:
-        """The gap between the two largest logits at position i: how near a tie the choice was."""
-        top2 = np.partition(self._view[i], -2)[-2:]
-        return float(top2[1] - top2[0])
-
     def all(self) -> np.ndarray:
         """float32 logits [n, V], copied out of llama.cpp's buffer."""
         if self._all is None:

@@ -150,3 +150,18 @@ def apply_plan(model: torch.nn.Module, plan: DevicePlan) -> torch.nn.Module:
     model.model.norm.register_forward_pre_hook(_follow_inputs_hook(cpu), with_kwargs=True)
     log.info("offloaded %d/%d layers to %s", plan.n_gpu_layers, plan.n_layers, plan.gpu)
     return model
+
+
+def reset_cuda_peak() -> None:
+    """Start counting the CUDA allocator's peak afresh (compare's memory column)."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def cuda_peak_bytes() -> int:
+    return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else 0
+
+
+def release_cuda_cache() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -190,11 +190,6 @@ class GGUFInfo:
             return sum(t.n_bytes for t in self.tensors)
         return self.n_params * _dtype_size(dtype)
 
-    def head_tensor(self) -> "TensorInfo | None":
-        """The output projection: output.weight, else the embedding it is tied to."""
-        by_name = {t.name: t for t in self.tensors}
-        return by_name.get("output.weight") or by_name.get("token_embd.weight")
-
     def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
         """KV cache bytes per token of context: keys + values over every layer's KV heads ("gguf":
         llama.cpp's float16 cache)."""

@@ -1,53 +1,30 @@
 """How many tokens to draft at each step.
 
 Drafting k tokens pays when the tokens they are expected to add outweigh what feeding k more
-tokens to the main model's verify forward costs. Both sides are measured while generating:
+tokens to the main model's verify costs. Both sides are measured while generating:
 
-- the acceptance probability of each draft position given that the earlier ones were accepted
-  (acceptance is bursty: inside a copied passage the next token is far likelier to be accepted
-  than the first), from decayed counts so that the estimate follows the text;
-- the cost of a step: where the backend measured a curve (llama.cpp: a step feeding 1, 2, 3,
-  5, 9 and 17 tokens on this machine, app.engine.backends.llamacpp_cost), that curve plus the
-  drafting time measured in the steps; without one (torch), a line seconds = a + b * k for k drafted tokens,
-  fitted by decayed least squares (a draft model makes b large, prompt lookup small). The curve
-  is scaled by how much dearer the reply's own verifies are than it says, against its own steps
-  without drafts (curve_factor): the curve is measured on meaningless tokens at a short context.
+- acceptance: per draft position, the probability that it is accepted given that the earlier ones
+  were, from decayed counts (acceptance is bursty: inside a copied passage the next token is far
+  likelier to be accepted than the first);
+- cost: where the backend measured a step curve (llama.cpp: steps of 1 to 65 tokens on this
+  machine, app.engine.backends.llamacpp_cost), that curve scaled by how much dearer this reply's
+  verifies are than it says, plus the drafting time the steps show or a draft model's own
+  measured step; without one (torch) a line a + b * k fitted to the steps.
 
-A step with k drafts yields on average E(k) = 1 + sum over j <= k of the product of the first j
-rates (with one rate alpha: (1 - alpha^(k+1)) / (1 - alpha)) for a cost c(k); the schedule picks
-the k <= draft_max that maximises E(k) / c(k) (the objective of Leviathan et al. 2023, section
-3.4, with the cost measured instead of assumed). A curve may grow in steps (a kernel that computes rows
-in blocks, as torch's retired int4 kernel did in fours: 5 rows cost what 8 did), and then the
-lengths chosen fill a block. On a CPU whose verify cost grows with every token drafts start
-short, where it is flat (float32) they start long. When drafting does not pay it drafts
-nothing, but still probes with one token now and then so that a copy-heavy stretch of text is
-noticed: every few steps where a probe is cheap, less often where it is not (at most
-_PROBE_BUDGET of the time is spent on probes), and half as often after each probe that was
-rejected, so that text with nothing to copy runs at the speed of plain decoding. A drafter that
-can tell at no cost whether a draft is likely (prompt lookup: is a copy of 8 tokens or more
-running?) is asked once a step: one that sees a copy gets its probe at once,
-whatever the back-off (on Gemma 3 270M's rewrite prompt the back-off had sat out 60 steps of
-16-token matches), and one that sees none starts a reply with one draft instead of the prior's
-many (Drafter.confident); replaying the bench's greedy replies through the schedule with the
-measured curves of the (retired) torch int4 kernel, that raised every prompt's speed or kept it (SmolLM2 chat 0.96 -> 0.98x of
-plain, Gemma rewrite 1.54 -> 2.35x, code-rewrite 2.66 -> 2.78x). Where it sees none, its
-first draft position has a rate of its own (_unsure_rate), and its drafts reach at most one
-position past the evidence; replaying the bench's greedy replies (both demo models, 32, 64 and
-96 tokens) on llama.cpp's measured curves, the slowest of the 30 went from 0.85x of plain
-decoding (SmolLM2's rewrite) to 0.96x, the geometric mean of all from 1.24-1.29x to 1.26-1.30x,
-and one Gemma reply lost 8% (code-rewrite at 96 tokens, 1.54x -> 1.42x). After a step that had every draft
-accepted the next one drafts more (where a longer draft, accepted whole, costs no more per token:
-not one row into a new block of the kernel's rows), its positions up to four times as far
-counted as good as the last accepted one: acceptance comes in runs, and positions beyond a short
-draft get no new evidence, so stale rejections there would otherwise hold the length down for
-many steps of a copied passage. Not where the drafter sees no copy running: there a draft
-accepted whole is most often a chance hit of one or two tokens. Replaying the bench's greedy
-replies (both demo models, 32, 64 and 128 tokens, the torch int4 kernel's curves on AVX-512 and AVX2)
-that raised the slowest reply from 0.86-0.90x of plain decoding to 0.89-0.95x (SmolLM2's
-summary: a forced 2-3 token draft after each lucky probe) and the geometric mean of all by
-2%; a few replies lost up to 11% (Gemma's AVX2 chat at 32 tokens), more gained as much. The
-draft length never changes what is generated, only how fast: outputs stay identical to plain
-decoding.
+A step with k drafts yields E(k) = 1 + sum over j <= k of the product of the first j rates for a
+cost c(k); the schedule picks the k <= draft_max maximising E(k) / c(k) over the whole curve
+(Leviathan et al. 2023, section 3.4, with the cost measured: llama.cpp's curve is not convex, it
+switches kernels by batch size), and never a k whose E(k) / c(k) is below a plain step's.
+
+Where drafting does not pay it drafts nothing, and probes with one token now and then (at most
+_PROBE_BUDGET of the time, backing off after rejected probes) so that a copy-heavy stretch is
+noticed. A drafter that can tell at no cost whether a copy is running (Drafter.confident: prompt
+lookup) is asked once a step: one that sees a copy drafts at once, the length its running copy's
+acceptance (_COPY_RATE, then what such drafts earned) makes pay; one that sees none has a first-
+position rate of its own (_unsure_rate) and drafts at most one position past the evidence. After a
+step whose drafts were all accepted, positions up to _GROWTH times as far count as good as the
+last accepted one, so a long copied passage drafts long. The length never changes what is
+generated, only how fast.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def verify(
     n_before = len(main.ids)
     rows = main.feed_rows([pending, *draft.tokens], len(draft) + 1)
     if sampling.greedy:
-        # Position by position, so that a head computed row by row stops at the first rejection.
+        # Position by position: the rows after the first rejection need no argmax.
         n_accepted = 0
         while n_accepted < len(draft) and rows.argmax(n_accepted) == draft.tokens[n_accepted]:
             n_accepted += 1
