@@ -150,6 +150,22 @@ def generate(
     accept_rule: AcceptRule = speculative_accept,
 ) -> Iterator[GenerationEvent]:
     """Generate a reply to prompt_ids, yielding a StepEvent per step and a final DoneEvent."""
+    _check_prompt(main, prompt_ids)
+    run = _Generation(main, tokenizer, prompt_ids, drafter or NoDrafter(), settings, accept_rule)
+    step = run.first_step()
+    while True:
+        event, reason = run.emit(step)
+        yield event
+        if reason is None and cancel is not None and cancel():
+            reason = StopReason.CANCELLED
+            yield from run.flush_held()
+        if reason is not None:
+            break
+        step = run.speculate()
+    yield DoneEvent(run.summary(reason))
+
+
+def _check_prompt(main: KVModel, prompt_ids: Sequence[int]) -> None:
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     if len(prompt_ids) >= main.n_ctx:
@@ -157,114 +173,124 @@ def generate(
             f"the prompt has {len(prompt_ids)} tokens but the context holds {main.n_ctx}; "
             "shorten it or raise -c"
         )
-    drafter = drafter or NoDrafter()
-    sampling = settings.sampling
-    drafter.configure(sampling, settings.draft_p_min)
-    gen = make_generator(sampling.seed)
-    stop_ids = set(settings.stop_token_ids if settings.stop_token_ids is not None else _eos_ids(tokenizer))
-    detok = IncrementalDetokenizer(tokenizer, prompt_ids)
-    stops = StopMatcher(settings.stop_strings)
-    counters = _Counters()
-    # Plain decoding asks no schedule: pricing 64 draft lengths a step cost it 4% of SmolLM2's step.
-    schedule = (FixedDraftLength(0) if isinstance(drafter, NoDrafter) else
-                AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None), drafter.token_cost_s())
-                if settings.adaptive_draft else FixedDraftLength(settings.draft_max))
 
-    t_start = time.monotonic()
-    n_reused = min(common_prefix_length(main.ids, prompt_ids), len(prompt_ids) - 1)
-    logits = main.sync(prompt_ids)
-    token = _first_token(logits, sampling, gen)
-    t_first = time.monotonic()
 
-    context = list(prompt_ids)
-    generated: list[int] = []
-    reason: StopReason | None = None
-    new_tokens, origins = [token], [Origin.MAIN]
-    draft_s = 0.0
-    verify_s = t_first - t_start
-    n_drafted = n_accepted = 0
-    while True:
-        # Cut the step's tokens at a stop token or the token budget.
-        for i, tok in enumerate(new_tokens):
-            if tok in stop_ids:
-                new_tokens, origins, reason = new_tokens[:i], origins[:i], StopReason.EOS
+@dataclass
+class _Step:
+    """What one verify step produced, before it is cut at a stop and shown."""
+
+    tokens: list[int]
+    origins: list[Origin]
+    n_drafted: int = 0
+    n_accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+
+class _Generation:
+    """One reply's state between steps: the context, the drafter and its schedule, the
+    detokenizer and stop strings, the counters (gpt-fast's loop, with its state named)."""
+
+    def __init__(self, main: KVModel, tokenizer, prompt_ids: Sequence[int], drafter: Drafter,
+                 settings: DecodeSettings, accept_rule: AcceptRule) -> None:
+        self.main, self.drafter, self.settings, self.accept_rule = main, drafter, settings, accept_rule
+        self.sampling = settings.sampling
+        drafter.configure(self.sampling, settings.draft_p_min)
+        self.gen = make_generator(self.sampling.seed)
+        self.stop_ids = set(settings.stop_token_ids if settings.stop_token_ids is not None else _eos_ids(tokenizer))
+        self.detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+        self.stops = StopMatcher(settings.stop_strings)
+        self.counters = _Counters()
+        # Plain decoding asks no schedule: pricing 64 draft lengths a step cost it 4% of SmolLM2's step.
+        self.schedule = (FixedDraftLength(0) if isinstance(drafter, NoDrafter) else
+                         AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None), drafter.token_cost_s())
+                         if settings.adaptive_draft else FixedDraftLength(settings.draft_max))
+        self.prompt_ids = list(prompt_ids)
+        self.context = list(prompt_ids)
+        self.generated: list[int] = []
+        self.t_start = self.t_first = time.monotonic()
+        self.n_reused = 0
+
+    def first_step(self) -> _Step:
+        """The prompt read (reusing what the cache holds of it) and the first token sampled."""
+        self.n_reused = min(common_prefix_length(self.main.ids, self.prompt_ids), len(self.prompt_ids) - 1)
+        token = _first_token(self.main.sync(self.prompt_ids), self.sampling, self.gen)
+        self.t_first = time.monotonic()
+        return _Step([token], [Origin.MAIN], verify_s=self.t_first - self.t_start)
+
+    def emit(self, step: _Step) -> tuple[StepEvent, StopReason | None]:
+        """The step's tokens cut at a stop token, a stop string, the budget or the context, added
+        to the reply, as an event; and why the reply ends there (None: it goes on)."""
+        reason = None
+        for i, token in enumerate(step.tokens):
+            if token in self.stop_ids:
+                step.tokens, step.origins, reason = step.tokens[:i], step.origins[:i], StopReason.EOS
                 break
-        kept, text, draft_chars, hit = _decode_step(new_tokens, origins, detok, stops)
-        new_tokens, origins = new_tokens[:kept], origins[:kept]
-        generated.extend(new_tokens)
-        context.extend(new_tokens)
+        kept, text, draft_chars, hit = _decode_step(step.tokens, step.origins, self.detok, self.stops)
+        tokens, origins = step.tokens[:kept], step.origins[:kept]
+        self.generated.extend(tokens)
+        self.context.extend(tokens)
         if hit:
             reason = StopReason.STOP_STRING
-        elif reason is None and len(generated) >= settings.max_new_tokens:
+        elif reason is None and len(self.generated) >= self.settings.max_new_tokens:
             reason = StopReason.MAX_TOKENS
-        elif reason is None and len(context) >= main.n_ctx:
+        elif reason is None and len(self.context) >= self.main.n_ctx:
             reason = StopReason.CONTEXT_FULL
         if reason is not None and not hit:
-            text += stops.flush(detok.flush())
-        yield StepEvent(
-            tokens=tuple(new_tokens),
-            origins=tuple(origins),
-            text=text,
-            draft_chars=draft_chars,
-            n_drafted=n_drafted,
-            n_accepted=n_accepted,
-            draft_s=draft_s,
-            verify_s=verify_s,
-            timestamp=time.monotonic(),
-        )
-        if reason is not None:
-            break
-        if cancel is not None and cancel():
-            reason = StopReason.CANCELLED
-            tail = stops.flush(detok.flush())
-            if tail:  # text held back for a possible stop string or a partial character
-                yield StepEvent((), (), tail, 0, 0, 0, 0.0, 0.0, time.monotonic())
-            break
+            text += self.stops.flush(self.detok.flush())
+        event = StepEvent(tokens=tuple(tokens), origins=tuple(origins), text=text, draft_chars=draft_chars,
+                          n_drafted=step.n_drafted, n_accepted=step.n_accepted, draft_s=step.draft_s,
+                          verify_s=step.verify_s, timestamp=time.monotonic())
+        return event, reason
 
-        budget = schedule.length(min(
-            settings.max_new_tokens - len(generated) - 1,
-            main.n_ctx - len(context) - 1,
-        ), confident=lambda: drafter.confident(context), catch_up=lambda: drafter.catch_up_s(context))
+    def flush_held(self) -> Iterator[StepEvent]:
+        """Text held back for a possible stop string or a partial character, on cancel."""
+        tail = self.stops.flush(self.detok.flush())
+        if tail:
+            yield StepEvent((), (), tail, 0, 0, 0, 0.0, 0.0, time.monotonic())
+
+    def speculate(self) -> _Step:
+        """One step: as many drafts as the schedule says pay, verified in one forward."""
+        asked = self._draft_budget()
         t0 = time.monotonic()
-        draft = drafter.propose(context, budget) if budget >= max(1, settings.draft_min) else Draft()
-        if len(draft) < settings.draft_min or len(draft) > max(budget, 0):
-            draft = Draft()
+        draft = self._propose(asked)
         t1 = time.monotonic()
-        # The last context token is not in the main cache yet: it is fed with the draft.
-        main.rewind(len(context) - 1)
-        n_accepted, token = verify(main, context[-1], draft, sampling, gen, accept_rule)
+        self.main.rewind(len(self.context) - 1)  # the last context token is fed with the draft
+        n_accepted, token = verify(self.main, self.context[-1], draft, self.sampling, self.gen, self.accept_rule)
         t2 = time.monotonic()
-        drafter.accept(n_accepted)
-        schedule.update(len(draft), n_accepted, t2 - t0, n_asked=budget if budget >= max(1, settings.draft_min) else 0,
-                        draft_s=t1 - t0)
-        counters.add(len(draft), n_accepted)
-        n_drafted = len(draft)
-        new_tokens = [*draft.tokens[:n_accepted], token]
-        origins = [Origin.DRAFT] * n_accepted + [Origin.MAIN]
-        draft_s, verify_s = t1 - t0, t2 - t1
+        self.drafter.accept(n_accepted)
+        self.schedule.update(len(draft), n_accepted, t2 - t0, n_asked=asked, draft_s=t1 - t0)
+        self.counters.add(len(draft), n_accepted)
+        return _Step([*draft.tokens[:n_accepted], token], [Origin.DRAFT] * n_accepted + [Origin.MAIN],
+                     len(draft), n_accepted, t1 - t0, t2 - t1)
 
-    t_end = time.monotonic()
-    drafter.finish(context)
-    summary = RunSummary(
-        text=stops.text,
-        tokens=tuple(generated),
-        stop_reason=reason,
-        drafter=drafter.name,
-        n_prompt=len(prompt_ids),
-        n_prompt_evaluated=len(prompt_ids) - n_reused,
-        prompt_s=t_first - t_start,
-        n_predicted=len(generated),
-        decode_s=t_end - t_first,
-        ttft_s=t_first - t_start,
-        n_steps=counters.n_steps,
-        n_drafted=counters.n_drafted,
-        n_accepted=counters.n_accepted,
-        accepted_by_position=tuple(counters.accepted_at),
-        drafted_by_position=tuple(counters.drafted_at),
-        schedule_note=(schedule.declined_note() if isinstance(schedule, AdaptiveDraftLength)
-                       and not isinstance(drafter, NoDrafter) else None),
-    )
-    yield DoneEvent(summary)
+    def _draft_budget(self) -> int:
+        """Drafts to ask for: the schedule's length within the reply's budget and context, 0
+        where that is fewer than draft_min."""
+        room = min(self.settings.max_new_tokens - len(self.generated) - 1, self.main.n_ctx - len(self.context) - 1)
+        context = self.context
+        length = self.schedule.length(room, confident=lambda: self.drafter.confident(context),
+                                      catch_up=lambda: self.drafter.catch_up_s(context))
+        return length if length >= max(1, self.settings.draft_min) else 0
+
+    def _propose(self, asked: int) -> Draft:
+        draft = self.drafter.propose(self.context, asked) if asked else Draft()
+        if len(draft) < self.settings.draft_min or len(draft) > asked:
+            return Draft()
+        return draft
+
+    def summary(self, reason: StopReason) -> RunSummary:
+        t_end = time.monotonic()
+        self.drafter.finish(self.context)
+        note = (self.schedule.declined_note() if isinstance(self.schedule, AdaptiveDraftLength) else None)
+        return RunSummary(
+            text=self.stops.text, tokens=tuple(self.generated), stop_reason=reason, drafter=self.drafter.name,
+            n_prompt=len(self.prompt_ids), n_prompt_evaluated=len(self.prompt_ids) - self.n_reused,
+            prompt_s=self.t_first - self.t_start, n_predicted=len(self.generated), decode_s=t_end - self.t_first,
+            ttft_s=self.t_first - self.t_start, n_steps=self.counters.n_steps, n_drafted=self.counters.n_drafted,
+            n_accepted=self.counters.n_accepted, accepted_by_position=tuple(self.counters.accepted_at),
+            drafted_by_position=tuple(self.counters.drafted_at), schedule_note=note,
+        )
 
 
 def _decode_step(tokens: list[int], origins: list[Origin], detok: IncrementalDetokenizer,
