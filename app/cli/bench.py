@@ -337,9 +337,9 @@ def _row(prompt: str, config: str, run: _Run, kind: str, baseline_tokens: list[i
 
 def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
     """Why a row of ours can differ from plain decoding: a verify and a one-token step may round
-    differently, so a near-tie can flip a greedy token. Peers (transformers, llama.cpp) are other
-    programs altogether."""
-    ours = [r for r in rows if not r.config.startswith(("hf ", "llama.cpp"))]
+    differently, so a near-tie can flip a greedy token. Peers (transformers, llama.cpp, llama-server)
+    are other programs altogether."""
+    ours = [r for r in rows if not r.config.startswith(("hf ", "llama.cpp", "server "))]
     if all(r.identical for r in ours) or main.plan.dtype_name == "float32":
         return None
     if main.backend == LLAMA_CPP:
