@@ -344,7 +344,7 @@ def test_bench_without_llama_cpps_rows_when_it_cannot_load_the_file(specula, tin
     assert one_line(err) == (f"specula: llama.cpp could not run {tiny.name} (Failed to load model from file: "
                              f"{tiny}): its rows are left out")
     configs = {line[15:45].strip() for line in out.splitlines() if line.startswith("chat ")}
-    assert configs == {"none", "lookup", "lookup+ngram-cache", "lookup+ngram-cache (again)"}
+    assert configs == OUR_BENCH_ROWS
 
 
 def test_version(specula):
@@ -364,8 +364,13 @@ def test_bench_table(cli):
     assert "each row the median of 3 runs" in lines[0]
     rows = {line[15:45].strip(): line.split() for line in lines if line.startswith("chat ")}
     # A drafter that learns is asked the same request again (a regenerate) after its first reply.
-    assert set(rows) == {"none", "lookup", "lookup+ngram-cache", "lookup+ngram-cache (again)"}
+    assert set(rows) == OUR_BENCH_ROWS
     assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp, --no-server: no peer rows
+
+
+# Our bench rows: plain, prompt lookup, and each drafter that learns asked first and again.
+OUR_BENCH_ROWS = {"none", "lookup", *[kind + again for kind in ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-mod")
+                                      for again in ("", " (again)")]}
 
 
 def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):

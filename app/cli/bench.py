@@ -42,7 +42,7 @@ from app.cli import backend_kwargs
 from app.hub.builtin import resolve_model_arg
 
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
-_LEARNING_KINDS = ("lookup+ngram-cache",)
+_LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-mod")
 _USERS = "flags"  # the factory of the drafter the flags ask for (-md, --spec-type)
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns

@@ -22,9 +22,9 @@ MOD_DEFAULTS = astuple(ModParams())  # the engine's own (n-match, n-min, n-max)
 
 SPEC_TYPE_HELP = (
     "comma-separated, combined as in llama.cpp: none, draft-simple (the -md model), ngram-simple "
-    "(prompt lookup, as --lookup), ngram-mod (ours: prompt lookup on exactly the last "
-    "--spec-ngram-mod-n-match tokens of this context; llama.cpp's is a hashed n-gram table shared "
-    "by all requests), ngram-cache (counts of what followed 2-4 tokens in earlier conversations, "
+    "(prompt lookup, as --lookup), ngram-mod (llama.cpp's: one hashed table of the "
+    "--spec-ngram-mod-n-match-token n-grams of every prompt and reply, shared by all requests, "
+    "drafting a chain of at least -n-min known tokens), ngram-cache (counts of what followed 2-4 tokens in earlier conversations, "
     "kept in --lookup-cache-dynamic FILE; llama.cpp's also reads a static cache). Combined, the "
     "longest n-gram match drafts (ngram-simple before ngram-cache on a tie) and the draft model "
     "only where no n-gram matches. Default: draft-simple with -md, else none"
@@ -76,9 +76,9 @@ def add_spec_flags(parser: argparse.ArgumentParser, server: bool = False) -> Non
 
 def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
     n_match, n_min, n_max = MOD_DEFAULTS
-    parser.add_argument("--spec-ngram-mod-n-match", type=int, default=n_match, metavar="N", help=f"ngram-mod: tokens the lookup matches (default {n_match})")
-    parser.add_argument("--spec-ngram-mod-n-min", type=int, default=n_min, metavar="N", help=f"ngram-mod: draft nothing when fewer would be drafted (default {n_min}; llama.cpp's 48 would exceed our default draft ceiling)")
-    parser.add_argument("--spec-ngram-mod-n-max", type=int, default=n_max, metavar="N", help=f"ngram-mod: most tokens drafted, inside --spec-draft-n-max (default {n_max})")
+    parser.add_argument("--spec-ngram-mod-n-match", type=int, default=n_match, metavar="N", help=f"ngram-mod: tokens an n-gram of its table matches (default {n_match}, as llama.cpp)")
+    parser.add_argument("--spec-ngram-mod-n-min", type=int, default=n_min, metavar="N", help=f"ngram-mod: draft only where the table knows a chain of at least this many tokens (default {n_min}; llama.cpp's 48: it drafts the whole chain, ours the measured length)")
+    parser.add_argument("--spec-ngram-mod-n-max", type=int, default=n_max, metavar="N", help=f"ngram-mod: the longest chain drafted, inside --spec-draft-n-max (default {n_max}, as llama.cpp)")
     parser.add_argument("-lcd", "--lookup-cache-dynamic", metavar="FILE", help="ngram-cache: the cache file to read and to update with what this run generates (default: a cache in memory, learning only within this process, e.g. across a server's requests; the window keeps one per vocabulary beside its chat history)")
 
 

@@ -22,10 +22,12 @@ DEFAULT_DRAFT_MAX = 64
 
 @dataclass(frozen=True)
 class ModParams:
-    """`--spec-ngram-mod-*`: our ngram-mod is prompt lookup on exactly the last n_match tokens,
-    drafting n_min..n_max tokens (inside the loop's own draft ceiling). llama.cpp's defaults are
-    24, 48 and 64."""
+    """`--spec-ngram-mod-*` (app.engine.drafting.ngram_mod): the pool's n-grams are n_match tokens
+    long, a draft needs a chain of n_min known tokens and is at most n_max long. llama.cpp's
+    n_min is 48 because it drafts the whole chain; ours drafts the length the measured schedule
+    finds pays, so any chain after an exact 24-token match counts (a 32-token reply asked again
+    drafted nothing at 48)."""
 
     n_match: int = 24
-    n_min: int = 0
+    n_min: int = 1
     n_max: int = 64

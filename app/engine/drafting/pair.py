@@ -14,6 +14,7 @@ from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.engine.loader import LoadedModel, load_model
 from app.engine.drafting.ngram_cache import N_MAX, NgramCache, vocab_key
 from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+from app.engine.drafting.ngram_mod import NgramModDrafter, NgramModPool
 from app.engine.drafting.text_drafter import TextDrafter
 
 # The kinds' names and ngram-mod's parameters live where the CLI can read them without torch.
@@ -105,5 +106,5 @@ def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None, mod: 
     if part == LOOKUP:
         return PromptLookupDrafter(ngram_max=lookup_max)
     if part == NGRAM_MOD:
-        return PromptLookupDrafter(mod.n_match, mod.n_match, mod.n_min, mod.n_max, name=NGRAM_MOD, past_replaced=False)
+        return NgramModDrafter(NgramModPool(mod.n_match), mod.n_min, mod.n_max)
     return NgramCacheDrafter(cache if cache is not None else open_cache(main, None))

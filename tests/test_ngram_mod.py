@@ -1,0 +1,106 @@
+"""llama.cpp's ngram-mod in our loop (app.engine.drafting.ngram_mod): one pool shared by every
+request, learning prompts and replies, drafting a chain of known followers."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.drafting.ngram_mod import NgramModDrafter, NgramModPool
+from app.engine.loop.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+STORY = list(range(1000, 1100))  # 100 distinct tokens
+
+
+def _drafter(pool=None, n=4, n_min=3, n_max=64) -> NgramModDrafter:
+    drafter = NgramModDrafter(pool or NgramModPool(n, size=1 << 16), n_min, n_max)
+    drafter.configure(GREEDY, 0.0)
+    return drafter
+
+
+def test_a_prompt_is_learned_and_its_continuation_drafted_as_a_chain():
+    drafter = _drafter()
+    context = STORY + [7, 8] + STORY[:10]  # the prompt holds the story; the reply has begun to repeat it
+    assert drafter.propose(context, 64).tokens == tuple(STORY[10:74])  # n_max 64 of the chain
+    assert drafter.propose(context, 5).tokens == tuple(STORY[10:15])  # the schedule's length cuts it
+    assert drafter.confident(context) is True
+
+
+def test_a_chain_shorter_than_n_min_is_no_draft():
+    pool = NgramModPool(4, size=1 << 16)
+    pool.add_all(STORY[:40] + [99], 0, 41)  # an earlier reply: 31 known followers after STORY[:10]
+    context = [5, 6] + STORY[:10]
+    drafter = _drafter(pool, n_min=48)
+    assert drafter.propose(context, 64).tokens == ()
+    assert drafter.confident(context) is False
+    assert _drafter(pool, n_min=30).propose(context, 64).tokens == tuple(STORY[10:40] + [99])
+
+
+def test_the_pool_is_shared_by_fresh_copies_and_learns_the_whole_reply():
+    """A second request with the same prompt drafts the first one's reply at once."""
+    pool = NgramModPool(4, size=1 << 16)
+    first = _drafter(pool)
+    prompt = [5, 6, 7, 8, 9]
+    reply = STORY[:60]
+    first.propose(prompt + reply[:1], 8)  # begin: the prompt
+    first.finish(prompt + reply)  # the reply learned at its end
+    second = first.fresh()
+    second.configure(GREEDY, 0.0)
+    assert second.pool is pool
+    assert second.propose(prompt + reply[:4], 64).tokens == tuple(reply[4:60])
+
+
+def test_five_drafts_in_a_row_mostly_rejected_empty_the_pool():
+    drafter = _drafter()
+    context = STORY + [7, 8] + STORY[:10]
+    for _ in range(4):
+        assert drafter.propose(context, 8).tokens
+        drafter.accept(1)  # 1 of 8: under a quarter
+    assert drafter.pool.used > 0
+    drafter.propose(context, 8)
+    drafter.accept(0)
+    assert drafter.pool.used == 0
+
+
+def test_a_quarter_full_pool_is_emptied_when_a_sequence_begins():
+    pool = NgramModPool(2, size=64)
+    drafter = _drafter(pool, n=2, n_min=1)
+    drafter.propose(list(range(100)), 4)  # 98 n-grams into 64 entries: over a quarter
+    assert pool.used == 0
+
+
+def test_flags_reach_the_drafter():
+    import argparse
+
+    from app.cli.spec_args import add_spec_flags, spec_choice
+
+    parser = argparse.ArgumentParser()
+    add_spec_flags(parser)
+    args = parser.parse_args(["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8",
+                              "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "32"])
+    assert spec_choice(args).mod == (8, 2, 32)
+    assert spec_choice(parser.parse_args(["--spec-type", "ngram-mod"])).mod == (24, 1, 64)
+
+
+@pytest.mark.demo
+def test_a_repeated_request_drafts_its_reply_and_both_equal_plain_decoding(demo_path):
+    from app.engine.drafting.pair import make_drafter
+    from app.engine.loader import load_model
+    from app.engine.loop.events import DoneEvent
+    from app.engine.loop.speculative import DecodeSettings, generate
+    from app.cli.bench_common import PROMPTS, prompt_ids
+
+    main = load_model(demo_path("smollm2-135m"), backend="llama.cpp")
+    ids = prompt_ids(main, PROMPTS["chat"])
+    settings = DecodeSettings(max_new_tokens=64, sampling=GREEDY)
+
+    def reply(drafter):
+        return next(e.summary for e in generate(main.kv_model(), main.tokenizer, ids, drafter, settings)
+                    if isinstance(e, DoneEvent))
+
+    plain = reply(make_drafter(main, "none"))
+    drafter = make_drafter(main, "ngram-mod")
+    first = reply(drafter)
+    again = reply(drafter.fresh())
+    assert first.tokens == plain.tokens == again.tokens
+    assert again.n_accepted >= 0.8 * (again.n_predicted - 1), again
