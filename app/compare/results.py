@@ -16,6 +16,7 @@ from typing import Any
 
 from app.compare.prompts import Prompt
 from app.engine.atomic import write_atomic
+from app.engine.loop.events import StopReason, decode_rate
 from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX  # noqa: F401 - the engine's ceiling, also read from here
 from app.engine.errors import SpeculaError
 
@@ -151,8 +152,7 @@ class PromptResult:
 
     @property
     def decode_tps(self) -> float:
-        n = self.n_predicted - 1
-        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+        return decode_rate(self.n_predicted, self.decode_s, self.stop_reason == StopReason.EOS.value)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class Row:
 
 
 def _speed(results: list[PromptResult]) -> float:
-    tokens = sum(max(r.n_predicted - 1, 0) for r in results)
+    tokens = sum(max(r.n_predicted - 1 + int(r.stop_reason == "eos"), 0) for r in results)  # as decode_tps
     seconds = sum(r.decode_s for r in results)
     return tokens / seconds if seconds > 0 else 0.0
 
