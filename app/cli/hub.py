@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.engine.gguf.info import format_bytes
+from app.hub.fields import shown
 
 if TYPE_CHECKING:
     from app.hub.progress import DownloadProgress
@@ -89,29 +90,34 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not results:
         print(f"no GGUF repositories match {args.query!r}", file=sys.stderr)
         return 0
-    width = max(len(r.repo_id) for r in results)
+    names = [shown(r.repo_id) for r in results]  # a remote string, escapes escaped
+    width = max(len(n) for n in names)
     print(f"{'repository':<{width}}  {'downloads':>9}  {'likes':>6}  updated     ")
-    for r in results:
+    for r, name in zip(results, names):
         when = r.last_modified.date().isoformat() if r.last_modified else "-"
         gated = "  (gated)" if r.gated else ""
-        print(f"{r.repo_id:<{width}}  {_count(r.downloads):>9}  {_count(r.likes):>6}  {when}{gated}")
+        print(f"{name:<{width}}  {_count(r.downloads):>9}  {_count(r.likes):>6}  {when}{gated}")
     return 0
 
 
 def cmd_files(args: argparse.Namespace) -> int:
-    from app.hub.search import group_by_quant, list_gguf_files
+    from app.hub.repos import gguf_listing
+    from app.hub.search import group_by_quant
 
-    files = list_gguf_files(args.repo)
+    files, left_out = gguf_listing(args.repo)
+    if left_out:
+        print(f"specula: {left_out} file name(s) left out: a download would refuse them (a path outside the "
+              f"repository)", file=sys.stderr)
     if args.json:
         _print_json([f.to_dict() for f in files])
         return 0
     if not files:
-        print(f"{args.repo} has no GGUF model files", file=sys.stderr)
+        print(f"{shown(args.repo)} has no GGUF model files", file=sys.stderr)
         return 0
     for quant, group in group_by_quant(files).items():
         for f in group:
             parts = f"  ({len(f.parts)} parts{'' if f.complete else ', some missing'})" if f.is_split else ""
-            print(f"{quant:<10} {format_bytes(f.size_bytes):>10}  {f.filename}{parts}")
+            print(f"{shown(quant):<10} {format_bytes(f.size_bytes):>10}  {shown(f.filename)}{parts}")
     return 0
 
 
@@ -145,7 +151,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     facts = format_info(info, fit.dtype)
     first = facts.splitlines()[0]
     width = len(first) - len(first[len("file:"):].lstrip()) - 1  # format_info's label column
-    print(facts)
+    print("\n".join(shown(line) for line in facts.splitlines()))  # header strings are remote text
     print(f"{'this machine:':<{width}} {fit.reason}")
     if compat is not None:
         verdict = (f"can draft for it, {compat.describe()}" if compat.compatible
@@ -218,7 +224,8 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     for s in found:
         where = str(s.path) if s.path else f"specula hub download {s.repo_id} {s.filename}"
         level = "" if s.level == "token" else "  [text-level: other vocabulary, re-tokenized]"
-        print(f"{s.ratio:6.1%} of the main's size  {format_bytes(s.size_bytes):>10}  {s.name}{level}\n        {where}")
+        print(f"{s.ratio:6.1%} of the main's size  {format_bytes(s.size_bytes):>10}  {shown(s.name)}{level}\n"
+              f"        {shown(where)}")
     return 0
 
 
@@ -249,7 +256,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         facts = (f"{m.info.architecture}, {_count(m.info.n_params)} params, {m.info.file_type or '?'}"
                  if m.info else "")
         state = f"UNUSABLE: {m.error}" if m.error else facts
-        print(f"{m.source:<8} {format_bytes(m.size_bytes):>10}  {m.name}  [{state}]")
+        print(f"{m.source:<8} {format_bytes(m.size_bytes):>10}  {shown(m.name)}  [{state}]")
     for p in pending:
         print(f"partial  {format_bytes(p.done):>10}  {p.repo_id}/{p.filename} "
               f"({100 * p.done / max(p.total, 1):.0f}%): `specula hub download {p.repo_id} {p.filename}` resumes it")

@@ -110,8 +110,10 @@ def translate(exc: BaseException, what: str, repo_id: str | None = None,
                         f"({type(exc).__name__}); try again")
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         return DiskFullError(f"disk full while trying to {what}; free some space and try again")
-    if isinstance(exc, (ValueError, KeyError)):  # a JSON answer that is not what the hub sends
-        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    if isinstance(exc, (ValueError, KeyError, TypeError, AttributeError)):
+        # A JSON answer that is not what the hub sends: huggingface_hub's own parsing of a field
+        # of the wrong type raises any of these (a number where a date goes: AttributeError).
+        first = _shown_first_line(exc)
         return HubError(f"{endpoint()} sent an unexpected answer while trying to {what} "
                         f"({type(exc).__name__}: {first})")
     return None
@@ -144,3 +146,10 @@ def hub_call(what: str, repo_id: str | None = None, filename: str | None = None)
             raise
         log.info("%s failed: %r", what, exc)
         raise ours from exc
+
+
+def _shown_first_line(exc: BaseException) -> str:
+    from app.hub.fields import shown
+
+    text = str(exc)
+    return shown(text.splitlines()[0][:200]) if text else ""

@@ -14,6 +14,7 @@ from typing import Any
 from huggingface_hub import HfApi, constants
 from huggingface_hub.utils import get_session
 
+from app.hub import fields
 from app.hub.errors import HubError, check_online, endpoint, hub_call
 from app.hub.remote import check_repo_id
 from app.hub.names import is_gguf, is_model_file, quant_label, quant_rank, split_name
@@ -86,29 +87,42 @@ def search_gguf(query: str, sort: str = "downloads", limit: int = 30) -> list[Re
     with hub_call("search the hub"):
         models = list(api.list_models(search=query or None, filter="gguf", sort=SORTS[sort],
                                       limit=max(1, limit), expand=_EXPAND))
-    return [_repo_result(m) for m in models]
+    return [r for r in map(_repo_result, models) if r is not None]
 
 
-def _repo_result(model: Any) -> RepoResult:
-    gguf = model.gguf if isinstance(model.gguf, dict) else {}
+def _repo_result(model: Any) -> RepoResult | None:
+    """A search hit with every field checked (app.hub.fields); None for one without a usable id."""
+    repo_id = getattr(model, "id", None)
+    if not isinstance(repo_id, str) or not repo_id or len(repo_id) > 200:
+        return None
+    gguf = getattr(model, "gguf", None)
+    gguf = gguf if isinstance(gguf, dict) else {}
     return RepoResult(
-        repo_id=model.id, downloads=int(model.downloads or 0), likes=int(model.likes or 0),
-        last_modified=model.last_modified or model.created_at,
-        gated=bool(model.gated), tags=tuple(model.tags or ()),
-        n_params=gguf.get("total"), architecture=gguf.get("architecture"),
+        repo_id=repo_id, downloads=fields.count(getattr(model, "downloads", 0)),
+        likes=fields.count(getattr(model, "likes", 0)),
+        last_modified=fields.when(getattr(model, "last_modified", None)) or fields.when(getattr(model, "created_at", None)),
+        gated=bool(getattr(model, "gated", False)), tags=fields.texts(getattr(model, "tags", ())),
+        n_params=fields.optional_int(gguf.get("total")), architecture=fields.optional_text(gguf.get("architecture")),
     )
 
 
 def list_gguf_files(repo_id: str, revision: str | None = None) -> list[GGUFModelFile]:
     """The GGUF models of a repository, split parts counted as one, smallest first."""
+    return gguf_listing(repo_id, revision)[0]
+
+
+def gguf_listing(repo_id: str, revision: str | None = None) -> tuple[list[GGUFModelFile], int]:
+    """(list_gguf_files, how many GGUF names were left out because a download would refuse them)."""
     check_repo_id(repo_id)
     check_online(f"list the files of {repo_id}")
     api = HfApi(endpoint=endpoint())
     with hub_call(f"list the files of {repo_id}", repo_id):
         info = api.model_info(repo_id, revision=revision, files_metadata=True,
                               timeout=constants.HF_HUB_ETAG_TIMEOUT * 3)
-    siblings = [s for s in (info.siblings or []) if is_gguf(s.rfilename) and is_model_file(s.rfilename)]
-    return _group_parts(repo_id, siblings)
+    names = [s for s in (info.siblings or []) if isinstance(getattr(s, "rfilename", None), str)]
+    ggufs = [s for s in names if is_gguf(s.rfilename) and is_model_file(s.rfilename)]
+    usable = [s for s in ggufs if fields.downloadable_name(s.rfilename)]
+    return _group_parts(repo_id, usable), len(ggufs) - len(usable)
 
 
 def _group_parts(repo_id: str, siblings: list[Any]) -> list[GGUFModelFile]:
@@ -120,10 +134,11 @@ def _group_parts(repo_id: str, siblings: list[Any]) -> list[GGUFModelFile]:
     for first, members in groups.items():
         members.sort(key=lambda s: s.rfilename)
         head = next((s for s in members if s.rfilename == first), None)
-        sha = head.lfs.sha256 if head is not None and head.lfs is not None else None
+        sha = getattr(head.lfs, "sha256", None) if head is not None and head.lfs is not None else None
+        sha = sha if isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha) else None
         files.append(GGUFModelFile(
             repo_id=repo_id, filename=first, quant=quant_label(first),
-            size_bytes=sum(int(s.size or 0) for s in members),
+            size_bytes=sum(fields.count(s.size) for s in members),
             parts=tuple(s.rfilename for s in members), sha256=sha,
         ))
     files.sort(key=lambda f: (f.size_bytes or 0, quant_rank(f.quant), f.filename))
