@@ -121,3 +121,16 @@ def test_downloadable_names(name, ok):
 def test_shown_escapes_controls_and_keeps_the_rest():
     assert shown("naïve 日本 ok") == "naïve 日本 ok"
     assert shown("a\x1b[2Jb\u202ec") == "a\\x1b[2Jb\\u202ec"
+
+
+def test_the_windows_discover_words_escape_remote_text_too():
+    from datetime import datetime
+
+    from app.hub.repos import GGUFModelFile, RepoResult
+    from app.ui.discover_text import file_label, repo_row, repo_tooltip
+
+    repo = RepoResult(f"evil/{ESC}", 1, 2, datetime(2025, 1, 1), False, (), None, f"llama{ESC}")
+    assert "\x1b" not in repo_row(repo)[0] + repo_tooltip(repo)
+    file = GGUFModelFile(repo_id="evil/x", filename=f"x{ESC}-Q4_0.gguf", quant="Q4_0", size_bytes=1,
+                         parts=(f"x{ESC}-Q4_0.gguf",), sha256=None)
+    assert "\x1b" not in file_label(file)

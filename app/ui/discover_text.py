@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.hub.draft_verdict import FAILS, NO_GAIN, PAYS, draft_verdict
+from app.hub.fields import shown
 from app.ui.format import relative_time
 from app.ui.library import count_text, fact_parts
 
@@ -33,15 +34,15 @@ def updated_text(when: datetime | None) -> str:
 
 def repo_row(repo: RepoResult) -> list[str]:
     """Repository, downloads, likes, updated."""
-    name = f"{repo.repo_id} (gated)" if repo.gated else repo.repo_id
+    name = shown(repo.repo_id) + (" (gated)" if repo.gated else "")  # remote text, controls escaped
     return [name, count_text(repo.downloads), count_text(repo.likes), updated_text(repo.last_modified)]
 
 
 def repo_tooltip(repo: RepoResult) -> str:
-    lines = [repo.repo_id, f"{repo.downloads:,} downloads · {repo.likes:,} likes"]
+    lines = [shown(repo.repo_id), f"{repo.downloads:,} downloads · {repo.likes:,} likes"]
     if repo.architecture or repo.n_params:
         size = f"{count_text(repo.n_params)} params" if repo.n_params else ""
-        lines.append(" · ".join(x for x in (repo.architecture or "", size) if x))
+        lines.append(" · ".join(x for x in (shown(repo.architecture or ""), size) if x))
     if repo.gated:
         lines.append("gated: accept its terms on the hub and give a token to download")
     return "\n".join(lines)
@@ -59,7 +60,7 @@ def file_state(listing: RepoFiles, f: GGUFModelFile) -> str:
 
 
 def file_label(f: GGUFModelFile) -> str:
-    name = f.filename.rsplit("/", 1)[-1]
+    name = shown(f.filename.rsplit("/", 1)[-1])
     return f"{name} ({len(f.parts)} parts)" if f.is_split else name
 
 
