@@ -64,7 +64,8 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_pre
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_args, bench_rows, calibrate, compare, desktop, hub, info, make_draft, rpc_worker, run, serve
+    from app.cli import (bench_args, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft, rpc_worker,
+                         run, serve)
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())
     serve.register(sub)
     rpc_worker.register(sub)
+    doctor.register(sub)
     desktop.register(sub)
     make_draft.register(sub)
     return parser

@@ -190,43 +190,70 @@ def _read_verdicts() -> dict[str, Any]:
     return read_json_object(_verdict_file())
 
 
-def _store_verdict(key: str, ok: bool, reason: str) -> None:
+def _store_verdict(key: str, entry: dict[str, Any]) -> None:
     data = _read_verdicts()
-    data[key] = {"ok": ok, "reason": reason}
+    data[key] = entry
     try:
         write_json_object(_verdict_file(), data)
     except OSError as exc:
         log.warning("could not save the llama.cpp probe's verdict: %s", exc)
 
 
-def probe(fallback_model: str | Path | None = None) -> tuple[bool, str]:
-    """Whether this build runs on this CPU: (True, "") or (False, why). Cached per build and CPU;
-    run in a child process the first time (about a second with the demo model; the file about to
-    be loaded, fallback_model, where the demo model is not installed)."""
+def probe(fallback_model: str | Path | None = None, fresh: bool = False) -> tuple[bool, str]:
+    """Whether this build runs on this CPU: (True, "") or (False, why). Run in a child process
+    the first time (about a second with the demo model; the file about to be loaded,
+    fallback_model, where the demo model is not installed) and cached per build and CPU, but
+    only a verdict about the CPU is kept: a pass, an illegal instruction (SIGILL), or a crash that
+    repeats at _CRASHES_FOR_VERDICT starts. A self-test that died of memory, was killed or timed
+    out says so in one line and runs again at the next start (one bad start had switched
+    llama.cpp off for good). `fresh`: run it again now whatever is cached (`specula doctor`)."""
     global _probe_verdict
     from app.engine.backends.probe import demo_model
 
     model_path = demo_model() or fallback_model
     if model_path is None:
         return True, ""  # nothing to test with: the first load will tell
-    if _probe_verdict is not None:
+    if _probe_verdict is not None and not fresh:
         return _probe_verdict
     if os.environ.get("SPECULA_LLAMACPP_PROBE", "1") == "0":
         _probe_verdict = (True, "")
         return _probe_verdict
     key = build_key()
     cached = _read_verdicts().get(key)
-    if isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
+    if not fresh and isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
         _probe_verdict = (cached["ok"], str(cached.get("reason", "")))
         return _probe_verdict
-    ok, reason = _run_probe(model_path)
-    if ok or reason.startswith("llama.cpp crashed"):  # a missing test model decides nothing
-        _store_verdict(key, ok, reason)
+    crashes = _count(cached.get("crashes")) if isinstance(cached, dict) and not fresh else 0
+    ok, reason, kind = _run_probe(model_path)
+    if ok or kind == CPU_VERDICT:
+        _store_verdict(key, {"ok": ok, "reason": reason})
+    elif kind == CRASH:
+        crashes += 1
+        if crashes >= _CRASHES_FOR_VERDICT:
+            _store_verdict(key, {"ok": False, "reason": f"{reason} (at {crashes} starts in a row)"})
+        else:
+            _store_verdict(key, {"crashes": crashes, "reason": reason})
+            reason += "; it runs again at the next start (specula doctor runs it now)"
+    elif kind == PASSING:
+        reason += "; it runs again at the next start (specula doctor runs it now)"
     _probe_verdict = (ok, reason)
     return _probe_verdict
 
 
-def _run_probe(model_path: str | Path | None) -> tuple[bool, str]:
+# What a failed self-test says: about this CPU (kept), a crash (kept once it repeats), or about
+# this start only (memory, a kill, a timeout, a missing model: never kept).
+CPU_VERDICT, CRASH, PASSING = "cpu", "crash", "passing"
+_CRASHES_FOR_VERDICT = 3
+_CPU_SIGNALS = ("SIGILL",)  # an instruction this CPU does not have: the build cannot run here
+_CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE")  # also an AMX tile fault; also memory, so only when repeated
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 100 else 0
+
+
+def _run_probe(model_path: str | Path | None) -> tuple[bool, str, str]:
+    """(passed, why not, what kind of failure: CPU_VERDICT, CRASH or PASSING)."""
     # Through the `specula` entry point's hidden flag (app.cli.PROBE_FLAG): a bundled app's
     # executable is that entry point and has no `python -m`.
     entry = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "app"]
@@ -236,17 +263,31 @@ def _run_probe(model_path: str | Path | None) -> tuple[bool, str]:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
-        return False, f"llama.cpp crashed on this CPU: its self-test did not finish in {PROBE_TIMEOUT_S} s"
+        return False, f"llama.cpp's self-test did not finish in {PROBE_TIMEOUT_S:g} s (a busy machine?)", PASSING
     except OSError as exc:
-        return False, f"the llama.cpp self-test could not start: {exc}"
+        return False, f"the llama.cpp self-test could not start: {exc}", PASSING
     if done.returncode == 0:
         log.info("llama.cpp self-test passed: %s", done.stdout.strip().splitlines()[-1:] or "")
-        return True, ""
-    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    if done.returncode < 0:
-        name = signal.Signals(-done.returncode).name
-        return False, f"llama.cpp crashed on this CPU in its self-test ({name}); using torch"
-    return False, lines[-1] if lines else f"the llama.cpp self-test failed (exit {done.returncode})"
+    return judge(done.returncode, done.stderr)
+
+
+def judge(returncode: int, stderr: str) -> tuple[bool, str, str]:
+    """What the self-test child's ending says: (passed, why not, CPU_VERDICT / CRASH / PASSING)."""
+    if returncode == 0:
+        return True, "", ""
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        if name in _CPU_SIGNALS:
+            return False, f"llama.cpp crashed on this CPU in its self-test ({name}: an instruction this CPU lacks)", \
+                CPU_VERDICT
+        if name in _CRASH_SIGNALS:
+            return False, f"llama.cpp crashed in its self-test ({name})", CRASH
+        return False, f"llama.cpp's self-test stopped ({name}), perhaps for lack of memory", PASSING
+    return False, lines[-1] if lines else f"the llama.cpp self-test failed (exit {returncode})", PASSING
 
 
 def _first_line(exc: BaseException) -> str:

@@ -47,10 +47,12 @@ def run(model: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if os.environ.get("SPECULA_PROBE_FAULT") == "segv":
-        # The tests' stand-in for a build that crashes on this CPU (as a native build did in
-        # llama_decode on an AMX virtual machine): the parent must see a crash, not a hang.
-        os.kill(os.getpid(), signal.SIGSEGV)
+    fault = {"segv": signal.SIGSEGV, "ill": signal.SIGILL}.get(os.environ.get("SPECULA_PROBE_FAULT", ""))
+    if fault is not None:
+        # The tests' stand-in for a build that crashes on this CPU (a native build died in
+        # llama_decode on an AMX virtual machine; an older CPU dies of SIGILL): the parent must
+        # see a crash, not a hang.
+        os.kill(os.getpid(), fault)
     model = Path(argv[0]) if argv else demo_model()
     if model is None:
         sys.stderr.write("no model to test llama.cpp with\n")  # the parent reads the last line
