@@ -343,7 +343,7 @@ def test_bench_without_llama_cpps_rows_when_it_cannot_load_the_file(specula, tin
     assert code == 0, err
     assert one_line(err) == (f"specula: llama.cpp could not run {tiny.name} (Failed to load model from file: "
                              f"{tiny}): its rows are left out")
-    configs = {line[15:45].strip() for line in out.splitlines() if line.startswith("chat ")}
+    configs = {line[15:51].strip() for line in out.splitlines() if line.startswith("chat ")}
     assert configs == OUR_BENCH_ROWS
 
 
@@ -362,14 +362,15 @@ def test_bench_table(cli):
     header = next(line for line in lines if line.startswith("prompt"))
     assert header.split()[-1] == "identical"
     assert "each row the median of 3 runs" in lines[0]
-    rows = {line[15:45].strip(): line.split() for line in lines if line.startswith("chat ")}
+    rows = {line[15:51].strip(): line.split() for line in lines if line.startswith("chat ")}
     # A drafter that learns is asked the same request again (a regenerate) after its first reply.
     assert set(rows) == OUR_BENCH_ROWS
     assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp, --no-server: no peer rows
 
 
 # Our bench rows: plain, prompt lookup, and each drafter that learns asked first and again.
-OUR_BENCH_ROWS = {"none", "lookup", *[kind + again for kind in ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-mod")
+OUR_BENCH_ROWS = {"none", "lookup", *[kind + again for kind in ("lookup+ngram-cache", "ngram-mod",
+                                                                 "lookup+ngram-cache+ngram-mod")
                                       for again in ("", " (again)")]}
 
 
@@ -386,7 +387,7 @@ def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):
     code, out, err = specula("bench", "-m", str(tiny_paths["llama-q8"]), "-n", "8", "--prompts", "chat,rewrite",
                              "--no-hf", "--no-llama-cpp", "-r", "1", "--backend", "llama.cpp")
     assert code == 0, err
-    rows = {(line[:14].strip(), line[15:45].strip()): line.split() for line in out.splitlines()
+    rows = {(line[:14].strip(), line[15:51].strip()): line.split() for line in out.splitlines()
             if line.startswith(("chat ", "rewrite "))}
     for prompt in ("chat", "rewrite"):
         for spec_type in SERVER_TYPES:

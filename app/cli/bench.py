@@ -42,7 +42,7 @@ from app.cli import backend_kwargs
 from app.hub.builtin import resolve_model_arg
 
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
-_LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-mod")
+_LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-cache+ngram-mod")
 _USERS = "flags"  # the factory of the drafter the flags ask for (-md, --spec-type)
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
@@ -353,7 +353,7 @@ def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    header = (f"{'prompt':<14} {'config':<30} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
+    header = (f"{'prompt':<14} {'config':<36} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
               f"{'dec. x':>7} {'accept':>7} {'acc/step':>8}  identical")
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -361,7 +361,7 @@ def format_table(rows: list[BenchRow]) -> str:
         mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
         decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
         decode_x = f"{r.decode_speedup:6.2f}x" if r.decode_speedup else f"{'-':>7}"
-        lines.append(f"{r.prompt:<14} {r.config[:30]:<30} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
+        lines.append(f"{r.prompt:<14} {r.config[:36]:<36} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
                      f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}  "
                      f"{'yes' if r.identical else r.divergence or 'NO'}")
     return "\n".join(lines)
