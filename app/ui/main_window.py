@@ -45,7 +45,7 @@ from app.ui.wheel_guard import guard_wheel
 from app.ui.paths import history_path, open_settings
 from app.worker.host import HostThread
 from app.worker.serving import ServerControl
-from app.worker.requests import DRAFTER_TEXT, GenSettings, PairSpec
+from app.worker.requests import DRAFTER_TEXT, NONE, GenSettings, PairSpec
 from app.worker.tasks import wait_for_tasks
 
 log = logging.getLogger(__name__)
@@ -273,8 +273,8 @@ class MainWindow(QMainWindow):
         if swap_error:
             self.show_message(f"the drafter did not change: {swap_error}; {facts['main_name']} runs with {drafter}")
         elif facts.get("main_kept"):
-            self.show_message(f"now drafting with {drafter} ({facts.get('swap_s', 0):.1f} s); "
-                              f"{facts['main_name']} stayed loaded")
+            change = "drafting off" if facts["drafter"] == NONE else f"now drafting with {drafter}"
+            self.show_message(f"{change} ({facts.get('swap_s', 0):.1f} s); {facts['main_name']} stayed loaded")
         else:
             self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
         if spec is not None and not swap_error:
