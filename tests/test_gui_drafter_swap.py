@@ -46,7 +46,9 @@ def test_changing_only_the_drafter_keeps_the_main_model_loaded(qtbot, data_dir, 
         assert pair.spec.drafter == kind and window.loaded_facts["drafter"] == kind
         assert pair.main is first.main and pair.kv is first.kv, f"{kind}: the main model was reloaded"
         assert not [s for s in stages if s.startswith("main model")], stages
-        assert window.loaded_facts["main_kept"] and "stayed loaded" in window.statusBar().currentMessage()
+        message = window.statusBar().currentMessage()
+        assert window.loaded_facts["main_kept"] and "stayed loaded" in message
+        assert message.startswith("drafting off (") if kind == NONE else "now drafting with" in message, message
         if kind == MODEL:
             assert pair.draft is not None and any(s.startswith("draft model") for s in stages)
         else:

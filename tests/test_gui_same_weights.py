@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from app.hub.draft_verdict import SELF_DRAFT_COST
 from app.hub.identity import same_header_weights, same_weights
 from app.ui.draft_labels import SAME_WEIGHTS
 from app.ui.library import FILE, entry_for_file
@@ -50,7 +51,7 @@ def test_the_chat_never_keeps_a_copy_of_the_main_model_as_its_draft(qtbot, data_
     items = {text: (enabled, tip) for text, enabled, tip in picker.draft_items()}
     marked = [t for t in items if SAME_WEIGHTS in t]
     assert len(marked) == 1 and marked[0].startswith("llama-f32 —")
-    assert "can only be slower than no draft" in items[marked[0]][1]
+    assert SELF_DRAFT_COST in items[marked[0]][1]
     assert not any(SAME_WEIGHTS in t for t in items if t.startswith("llama-other"))
     picker.show()
     picker.draft_combo.showPopup()

@@ -17,6 +17,9 @@ from app.hub.identity import same_header_weights, same_weights
 
 PAYS, NO_GAIN, FAILS = "pays", "no-gain", "fails"
 MAX_RATIO = 0.5  # a draft with more than half the main's parameters saves too little
+# A model as its own draft, as Discover, the pair picker and the chat's note price it: the engine
+# measures its step once for both (app.engine.backends.llamacpp_load.shared_step_curve).
+SELF_DRAFT_COST = "a drafted token costs as much as a main-model token (1.00x)"
 TEXT_LEVEL_COST = "another vocabulary: its drafts are re-tokenized, so each step costs more"
 
 
@@ -37,8 +40,8 @@ def draft_verdict(check: DraftCheck, draft: GGUFInfo, main: GGUFInfo, local: boo
         return DraftVerdict(FAILS, f"cannot draft: {check.reason}")
     level = "text-level" if check.text_level else "same vocabulary"
     if (same_weights if local else same_header_weights)(main, draft):
-        return DraftVerdict(NO_GAIN, "works, but will not pay: it is the same model (the same weights), "
-                                     "so it would draft for itself at its own cost")
+        return DraftVerdict(NO_GAIN, f"works, but will not pay: it is the same model (the same weights): "
+                                     f"{SELF_DRAFT_COST}, so drafting can only slow it down")
     ratio = draft.n_params / max(main.n_params, 1)
     if ratio > MAX_RATIO:
         return DraftVerdict(NO_GAIN, f"works ({level}), but will not pay: {ratio:.0%} of its size; "

@@ -80,7 +80,7 @@ class LiveCharts(QWidget):
 
     def _make_plot(self, left: str, bottom: str) -> pg.PlotWidget:
         plot = pg.PlotWidget()
-        plot.setMinimumSize(160, 120)
+        plot.setMinimumSize(160, 96)  # three of them fit beside the model tabs on a 768-pixel screen
         item = plot.getPlotItem()
         item.setMouseEnabled(False, False)  # a live chart: no accidental pan/zoom
         item.setMenuEnabled(False)

@@ -159,6 +159,9 @@ class ChatPanel(QWidget):
 
     def _show_plain(self, plain: bool) -> None:
         self.input.setPlaceholderText(PLAIN_PLACEHOLDER if plain else CHAT_PLACEHOLDER)
+        # Qt repaints an empty box only when its hint appears or goes, not when the hint's text
+        # changes: the old hint stayed on screen until something else repainted it (New chat).
+        self.input.viewport().update()
 
     def set_generating(self, generating: bool) -> None:
         self.send_button.setEnabled(not generating)

@@ -109,7 +109,10 @@ class ConversationView(QTextBrowser):
         cursor.insertHtml(self._header_html(message))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         body_start = cursor.position()
-        insert_reply(cursor, message.content, message.draft_spans, self._mark, self.theme)
+        if message.role == "user":  # as typed: Markdown would join the lines of a Shift+Enter
+            cursor.insertText(message.content)
+        else:
+            insert_reply(cursor, message.content, message.draft_spans, self._mark, self.theme)
         if streaming:
             self._stream_frame, self._stream_body_start = frame, body_start
             self._insert_generating_note(cursor)

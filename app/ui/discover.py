@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.ui import discover_text as text
 from app.ui.discover_widgets import DownloadStrip, TokenPrompt
-from app.ui.style import small_muted_label
+from app.ui.style import scrolling, small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
                                   RepoFiles, check_draft, list_repo_files, local_copies, read_file_facts, save_hub_token,
                                   search_repos)
@@ -135,7 +135,8 @@ class DiscoverPanel(QWidget):
         button_row = QHBoxLayout()
         button_row.addWidget(self.download_button)
         button_row.addWidget(self.download_note, 1)
-        layout = QVBoxLayout(self)
+        body = QWidget()
+        layout = QVBoxLayout(body)
         layout.addLayout(search_row)
         layout.addWidget(self.status)
         # The details take the height of their text, up to a third of the panel; past that
@@ -149,6 +150,11 @@ class DiscoverPanel(QWidget):
         layout.addLayout(button_row)
         layout.addWidget(self.token)
         layout.addWidget(self.strip)
+        # All of it scrolls: a finished download or a long error never makes the panel (and so
+        # the window) taller than the screen (issue 52 item 1).
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scrolling(body))
         self._show_file(None)
 
     def resizeEvent(self, event: QResizeEvent) -> None:

@@ -6,10 +6,11 @@ the same file drafts for itself: it accepts everything and costs as much, so it 
 from __future__ import annotations
 
 from app.engine.drafting.compat import TOKEN_LEVEL, DraftCheck
+from app.hub.draft_verdict import SELF_DRAFT_COST
 from app.hub.identity import same_weights
 from app.ui.library import LibraryEntry
 
-SAME_WEIGHTS = "same weights as the main (drafts for itself)"
+SAME_WEIGHTS = "same weights, 1x cost"  # short: the list is narrow; the tooltip says the rest
 
 
 def is_same_model(entry: LibraryEntry, main: LibraryEntry) -> bool:
@@ -32,7 +33,7 @@ def draft_title(title: str, check: DraftCheck, same: bool = False) -> str:
 def draft_tooltip(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same: bool = False) -> str:
     if same and check:
         return (f"{entry.facts()}\nThe same weights as {main.title}: it would draft exactly what the main "
-                f"model writes, at the main model's cost, so it can only be slower than no draft.")
+                f"model writes, and {SELF_DRAFT_COST}, so drafting can only slow it down.")
     if not check:
         return f"Cannot draft for {main.title}: {check.reason}"
     if check.text_level:

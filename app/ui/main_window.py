@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QPushButton,
-    QScrollArea,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -41,11 +40,12 @@ from app.ui.gen_form import GenSettingsForm
 from app.ui.library_panel import LibraryPanel
 from app.ui.pair_picker import PairPicker
 from app.ui.serve_panel import ServePanel
+from app.ui.style import scrolling
 from app.ui.wheel_guard import guard_wheel
 from app.ui.paths import history_path, open_settings
 from app.worker.host import HostThread
 from app.worker.serving import ServerControl
-from app.worker.requests import DRAFTER_TEXT, GenSettings, PairSpec
+from app.worker.requests import DRAFTER_TEXT, NONE, GenSettings, PairSpec
 from app.worker.tasks import wait_for_tasks
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,10 @@ class MainWindow(QMainWindow):
         self.server = ServerControl(self)
         model_layout.addWidget(self.serve_panel)
         model_layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(model_page)
         self.models_tabs = QTabWidget()
-        self.models_tabs.addTab(_with_footer(scroll, self._load_row()), "Model")
+        # The right column's panels scroll (Discover within itself): text it gains (a download's result, a long
+        # error) never raises the window's minimum height past the screen (issue 52 item 1).
+        self.models_tabs.addTab(_with_footer(scrolling(model_page), self._load_row()), "Model")
         self.models_tabs.addTab(self.library, "Library")
         self.discover = DiscoverPanel()
         self.add_models_tab(self.discover, "Discover")
@@ -128,7 +127,7 @@ class MainWindow(QMainWindow):
 
         self.right_splitter = QSplitter(Qt.Orientation.Vertical)
         self.right_splitter.addWidget(self.models_tabs)
-        self.right_splitter.addWidget(charts_box)
+        self.right_splitter.addWidget(scrolling(charts_box))
         # One height for every tab (no jump when switching): the Model tab's settings scroll above
         # its Load row, which stays in sight; the charts keep the rest.
         self.right_splitter.setSizes([540, 360])
@@ -178,7 +177,10 @@ class MainWindow(QMainWindow):
         buttons.addWidget(self.picker.progress, 1)
         layout.addWidget(self.picker.pending_label)
         layout.addLayout(buttons)
-        layout.addWidget(self.picker.state_label)
+        # A long load error scrolls in four lines: the pinned row never outgrows the screen.
+        state = scrolling(self.picker.state_label)
+        state.setMaximumHeight(4 * self.picker.state_label.fontMetrics().lineSpacing() + 6)
+        layout.addWidget(state)
         return row
 
     def add_models_tab(self, widget: QWidget, title: str) -> None:
@@ -271,8 +273,8 @@ class MainWindow(QMainWindow):
         if swap_error:
             self.show_message(f"the drafter did not change: {swap_error}; {facts['main_name']} runs with {drafter}")
         elif facts.get("main_kept"):
-            self.show_message(f"now drafting with {drafter} ({facts.get('swap_s', 0):.1f} s); "
-                              f"{facts['main_name']} stayed loaded")
+            change = "drafting off" if facts["drafter"] == NONE else f"now drafting with {drafter}"
+            self.show_message(f"{change} ({facts.get('swap_s', 0):.1f} s); {facts['main_name']} stayed loaded")
         else:
             self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
         if spec is not None and not swap_error:

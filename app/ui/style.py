@@ -28,3 +28,15 @@ def small_muted_label(text: str = "", selectable: bool = True) -> QLabel:
 
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label
+
+
+def scrolling(body: QWidget) -> QWidget:
+    """`body` in a frameless scroll area: whatever text it gains, its minimum height stays a few
+    pixels, so a panel never grows the window past the screen (it scrolls instead)."""
+    from PySide6.QtWidgets import QFrame, QScrollArea
+
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidget(body)
+    return area

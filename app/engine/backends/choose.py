@@ -3,6 +3,7 @@ runs the device asked for; torch otherwise, with the reason in one line (said on
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
@@ -54,14 +55,14 @@ def choose_backend(requested: str, model_path: str | Path | None = None, device:
     if requested not in BACKEND_CHOICES:
         raise BackendUnavailable(f"unknown backend {requested!r} (choose from {', '.join(BACKEND_CHOICES)})")
     if requested == TORCH:
-        return BackendChoice(TORCH, "torch, as asked")
+        return _torch("torch, as asked")
     if requested == LLAMA_CPP:
         problem = llama_cpp_problem(model_path)
         if problem is not None:
             raise BackendUnavailable(problem)
         return BackendChoice(LLAMA_CPP, "llama.cpp, as asked")
     if dtype != AUTO:
-        return BackendChoice(TORCH, f"torch: --dtype {dtype} asked for (llama.cpp runs the file's own types)")
+        return _torch(f"torch: --dtype {dtype} asked for (llama.cpp runs the file's own types)")
     problem = llama_cpp_problem(model_path)
     if problem is not None:
         return _fallback(f"torch: {problem}")
@@ -70,11 +71,24 @@ def choose_backend(requested: str, model_path: str | Path | None = None, device:
     if torch_gpu is not None:
         return _fallback(f"torch on the {torch_gpu.upper()} GPU: this llama.cpp build runs on the CPU only")
     if device in ("cuda", "mps") and not llama_cpp_has_gpu():
-        return BackendChoice(TORCH, f"torch: this llama.cpp build has no {device.upper()} support")
+        return _torch(f"torch: this llama.cpp build has no {device.upper()} support")
     return BackendChoice(LLAMA_CPP, "llama.cpp" + (" (GPU offload)" if llama_cpp_has_gpu() else " on the CPU"))
 
 
+def torch_installed() -> bool:
+    """Whether torch can be imported here, asked without importing it: the bundled app leaves
+    torch out (its llama.cpp has a CPU backend for every x86-64 class)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def _torch(reason: str) -> BackendChoice:
+    if not torch_installed():
+        raise BackendUnavailable(f"{reason}, but torch is not installed here (pip install torch adds it)")
+    return BackendChoice(TORCH, reason)
+
+
 def _fallback(reason: str) -> BackendChoice:
+    _torch(reason)  # a clear line where there is no torch to fall back to
     if reason not in _said:  # say why once, not at every load
         _said.add(reason)
         log.warning("%s", reason)
@@ -97,5 +111,7 @@ _GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 def gpu_possible() -> bool:
     """Whether this machine may have a GPU torch can use: a Mac (MPS), Windows (no device nodes to
-    look at), or a Linux GPU's device node."""
+    look at), or a Linux GPU's device node; never where torch is not installed."""
+    if not torch_installed():
+        return False
     return sys.platform in ("darwin", "win32") or any(os.path.exists(node) for node in _GPU_NODES)

@@ -54,6 +54,28 @@ def check_memory(info: GGUFInfo) -> None:
                                       f"only {format_bytes(limit)} available (try a smaller quantization or model)")
 
 
+# Step curves measured in this process, by what a step's cost depends on: the tensors' names,
+# shapes and types, the layers offloaded and the settings (not the file's name or place).
+_curves: dict[tuple, llamacpp_cost.StepCurve] = {}
+
+
+def shared_step_curve(weights: LlamaWeights, info: GGUFInfo, layers: int, settings: LlamaSettings,
+                      cancel: Callable[[], bool] | None = None) -> llamacpp_cost.StepCurve:
+    """The step curve of these weights: one measurement for every load of the same tensors in
+    this process. A model loaded as its own draft (the same file, or a copy of it downloaded
+    beside the built-in one) used to measure its curve a second time, moments after the main
+    model's: on a busy 2-core CPU two measurements of the same weights differed by 1.5-3x (the
+    one-token step 42 vs 124 ms), so the chat priced a self-draft at 1.95x a main-model token
+    where Discover said it drafts at its own cost. Sharing the measurement makes it exactly 1x."""
+    key = (tuple((t.name, tuple(t.shape), t.ggml_type) for t in info.tensors), layers, settings)
+    curve = _curves.get(key)
+    if curve is None:
+        curve = llamacpp_cost.step_curve(weights, llamacpp_lib.build_key(), cancel)
+        if cancel is None or not cancel():  # a cancelled measurement is partial: not kept
+            _curves[key] = curve
+    return curve
+
+
 def load_llamacpp(info: GGUFInfo, n_gpu_layers: int | None, settings: LlamaSettings,
                   progress: Callable[[str, float], None] | None = None,
                   cancel: Callable[[], bool] | None = None):
@@ -72,7 +94,7 @@ def load_llamacpp(info: GGUFInfo, n_gpu_layers: int | None, settings: LlamaSetti
     weights = LlamaWeights(info.path, layers, settings, lambda f: report("reading weights", f), cancel)
     tokenizer = LlamaTokenizer(weights, info)
     report("measuring llama.cpp's steps here (once per model)", 1.0)
-    weights.step_curve = llamacpp_cost.step_curve(weights, llamacpp_lib.build_key(), cancel)
+    weights.step_curve = shared_step_curve(weights, info, layers, settings, cancel)
     plan = LlamaPlan(min(layers, info.n_layers), info.n_layers, info.file_type, settings.thread_count(),
                      gpu="llama.cpp" if layers else None)
     elapsed = time.monotonic() - started

@@ -1,0 +1,59 @@
+"""The bundle leaves torch and most of transformers out (issue 52 item 15): the window's whole
+self-test (the bundle's own check: start, library, the demo model on llama.cpp, a drafted reply,
+the charts) runs with every module packaging/bundle_excludes.py leaves out made unimportable, as
+it is inside the bundle (a None in sys.modules: `import torch` fails and find_spec says absent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bundle_excludes():
+    spec = importlib.util.spec_from_file_location("bundle_excludes", ROOT / "packaging" / "bundle_excludes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_spec_leaves_torch_and_transformers_models_out():
+    left_out = bundle_excludes().left_out()
+    assert "torch" in left_out
+    assert {"transformers.models", "transformers.generation", "transformers.modeling_utils"} <= set(left_out)
+    assert "transformers.utils" not in left_out  # the chat-template renderer stays
+    assert "left_out()" in (ROOT / "packaging" / "specula.spec").read_text()
+
+
+@pytest.mark.demo
+def test_the_self_test_runs_without_what_the_bundle_leaves_out(tmp_path):
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    left_out = bundle_excludes().left_out()
+    blocked = ("import sys\n"
+               f"for name in {left_out!r}:\n"
+               "    sys.modules[name] = None  # as in the bundle: not there\n"
+               "from app.cli import main\n"
+               "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SPECULA_DATA_DIR": str(tmp_path / "data")}
+    result = subprocess.run([sys.executable, "-c", blocked, "--self-test", str(tmp_path / "shot.png")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1].startswith("self-test ok: smollm2-135m + prompt lookup")
+
+
+def test_a_torch_load_without_torch_is_one_clear_line(monkeypatch):
+    from app.engine.backends import choose
+    from app.engine.backends.llamacpp_lib import BackendUnavailable
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert not choose.torch_installed() and not choose.gpu_possible()
+    with pytest.raises(BackendUnavailable, match="torch is not installed here"):
+        choose.choose_backend("torch")
