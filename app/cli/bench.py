@@ -108,6 +108,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         timed_reply(main, drafter, prompt_ids(main, PROMPTS["code-rewrite"]), warm)
     llama = _llama_cpp_peer(main, args)
     server = _server_peer(main, args)
+    # One context for all our rows, emptied before each reply, as llama-server keeps its slot's
+    # (a context made per reply paid its first steps' set-up in every row).
+    kv = main.kv_model()
     rows: list[BenchRow] = []
     for category in [c.strip() for c in args.prompts.split(",") if c.strip()]:
         if category not in PROMPTS:
@@ -117,12 +120,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep):
             base = name.split(" fixed ")[0]
             if base in (NONE, LOOKUP):  # nothing to learn: the same drafter every time
-                runs[("ours", name)] = functools.partial(timed_reply, main, drafter, ids, run_settings)
+                runs[("ours", name)] = functools.partial(timed_reply, main, drafter, ids, run_settings, kv=kv)
                 continue
             # A drafter that may learn: a fresh one for the first request, the same one again.
             kept: list = []
-            runs[("ours", name)] = functools.partial(_first_reply, main, factories[base], kept, ids, run_settings)
-            runs[("ours", name + AGAIN)] = functools.partial(_again_reply, main, kept, ids, run_settings)
+            runs[("ours", name)] = functools.partial(_first_reply, main, factories[base], kept, ids, run_settings, kv)
+            runs[("ours", name + AGAIN)] = functools.partial(_again_reply, main, kept, ids, run_settings, kv)
         # transformers' own generate() runs the torch backend's model: no such rows on llama.cpp.
         peers = {} if args.no_hf or main.backend == LLAMA_CPP else {
             "hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
@@ -237,15 +240,15 @@ def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str,
 
 
 def _first_reply(main: LoadedModel, make: Callable[[], object], kept: list, ids: list[int],
-                 settings: DecodeSettings) -> _Run:
+                 settings: DecodeSettings, kv=None) -> _Run:
     """The first request with a drafter made now (nothing learned), kept for _again_reply."""
     kept[:] = [make()]
-    return timed_reply(main, kept[0], ids, settings)
+    return timed_reply(main, kept[0], ids, settings, kv=kv)
 
 
-def _again_reply(main: LoadedModel, kept: list, ids: list[int], settings: DecodeSettings) -> _Run:
+def _again_reply(main: LoadedModel, kept: list, ids: list[int], settings: DecodeSettings, kv=None) -> _Run:
     """The same request again with the drafter that answered it first (what it learned kept)."""
-    return timed_reply(main, kept[0], ids, settings)
+    return timed_reply(main, kept[0], ids, settings, kv=kv)
 
 
 def _first_line(exc: BaseException) -> str:

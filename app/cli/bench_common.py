@@ -23,13 +23,17 @@ def prompt_ids(main: Any, text: str) -> list[int]:
 
 
 def timed_reply(main: Any, drafter: Any, ids: list[int], settings: Any,
-                n_ctx: int | None = None) -> tuple[list[int], float, Any]:
+                n_ctx: int | None = None, kv: Any = None) -> tuple[list[int], float, Any]:
     """(tokens, wall seconds, RunSummary) of one reply on a fresh KV cache of `main` (of n_ctx
-    tokens; default: the model's own)."""
+    tokens; default: the model's own), or on `kv` emptied first (a context kept warm between
+    replies, as a server keeps its slot's: nothing of the prompt is reused)."""
     from app.engine.loop.events import DoneEvent
     from app.engine.loop.speculative import generate
 
-    kv = main.kv_model(n_ctx)
+    if kv is None:
+        kv = main.kv_model(n_ctx)
+    else:
+        kv.reset()
     started = time.monotonic()
     summary = next(e.summary for e in generate(kv, main.tokenizer, ids, drafter, settings) if isinstance(e, DoneEvent))
     return list(summary.tokens), time.monotonic() - started, summary
