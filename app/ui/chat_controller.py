@@ -328,7 +328,7 @@ class ChatController(QObject):
         self.panel.view.set_messages(rows, streaming_id=streaming)
         if streaming is not None and stream.text:
             self.panel.view.update_stream(stream.text, stream.spans)
-        self.panel.regenerate_button.setEnabled(not self.busy and any(m.role == "assistant" for m in rows))
+        self.panel.enable_regenerate(not self.busy and any(m.role == "assistant" for m in rows))
 
     def _on_action(self, action: str, message_id: int) -> None:
         if action == "edit":

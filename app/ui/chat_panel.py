@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from app.ui.conversation import ConversationView
 from app.ui.empty_state import EmptyState
+from app.ui.style import scrolling
 
 
 class MessageBox(QPlainTextEdit):
@@ -57,6 +58,8 @@ class ChatPanel(QWidget):
     regenerateRequested = Signal()
     editCancelled = Signal()
     systemPromptEdited = Signal(str)  # after typing pauses (debounced)
+    loadLastRequested = Signal()  # the no-model bar's "Load ..." (the pair the picker shows)
+    chooseModelRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -75,7 +78,9 @@ class ChatPanel(QWidget):
         self.empty_state = EmptyState()
         self.view_stack = QStackedWidget()
         self.view_stack.addWidget(self.view)
-        self.view_stack.addWidget(self.empty_state)
+        # The welcome page scrolls in a short window rather than squeezing its rows together.
+        self._empty_page = scrolling(self.empty_state)
+        self.view_stack.addWidget(self._empty_page)
 
         self.mark_toggle = QCheckBox("Mark accepted draft tokens")
         self.mark_toggle.setChecked(True)
@@ -111,6 +116,11 @@ class ChatPanel(QWidget):
         banner_layout.addWidget(cancel_edit)
         self.edit_banner.hide()
 
+        self._build_no_model_bar()
+        self._model_loaded = False
+        self._generating = False
+        self._can_regenerate = False
+
         self.input = MessageBox()
         self.input.setPlaceholderText(CHAT_PLACEHOLDER)
         self.input.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
@@ -136,18 +146,62 @@ class ChatPanel(QWidget):
         layout.addWidget(self.view_stack, 1)
         layout.addLayout(tools)
         layout.addWidget(self.edit_banner)
+        layout.addWidget(self.no_model_bar)
         layout.addLayout(entry)
+        self._refresh_buttons()  # nothing is loaded yet
+
+    def _build_no_model_bar(self) -> None:
+        """Over the message box while a chat is open and nothing is loaded (after a restart):
+        what to do, where Send would otherwise answer only in the status bar."""
+        self.no_model_bar = QFrame()
+        self.no_model_bar.setObjectName("noModelBar")
+        self.no_model_bar.setStyleSheet("QFrame#noModelBar { border: 1px solid #e6c95c; border-radius: 4px }")
+        layout = QHBoxLayout(self.no_model_bar)
+        layout.setContentsMargins(8, 2, 8, 2)
+        self.no_model_label = QLabel("No model loaded: load one to chat.")
+        self.load_last_button = QPushButton("Load the last pair")
+        self.load_last_button.clicked.connect(self.loadLastRequested)
+        self.choose_model_button = QPushButton("Choose…")
+        self.choose_model_button.setToolTip("Pick a main model and a drafter in the Model tab")
+        self.choose_model_button.clicked.connect(self.chooseModelRequested)
+        layout.addWidget(self.no_model_label, 1)
+        layout.addWidget(self.load_last_button)
+        layout.addWidget(self.choose_model_button)
+        self.no_model_bar.hide()
+
+    def set_no_model(self, show: bool, last_pair: str | None = None) -> None:
+        """Show the no-model bar, offering to load `last_pair` (a title) where there is one."""
+        self.no_model_bar.setVisible(show)
+        self.load_last_button.setVisible(bool(last_pair))
+        if last_pair:
+            self.load_last_button.setText(f"Load {last_pair}")
+            self.load_last_button.setToolTip(f"Load {last_pair}, the pair chosen when the window last closed")
+
+    def set_model_loaded(self, loaded: bool) -> None:
+        """Send and Regenerate work only with a model loaded (Enter still says why not)."""
+        self._model_loaded = loaded
+        self._refresh_buttons()
+
+    def enable_regenerate(self, possible: bool) -> None:
+        """Whether the open chat has a reply to write again (enabled only with a model loaded)."""
+        self._can_regenerate = possible
+        self._refresh_buttons()
+
+    def _refresh_buttons(self) -> None:
+        ready = self._model_loaded and not self._generating
+        self.send_button.setEnabled(ready)
+        self.regenerate_button.setEnabled(ready and self._can_regenerate)
 
     def _on_send(self) -> None:
         text = self.input.toPlainText()
-        if text.strip() and self.send_button.isEnabled():
+        if text.strip() and not self._generating:
             self.sendRequested.emit(text)
 
     def show_empty_state(self, show: bool) -> None:
-        self.view_stack.setCurrentWidget(self.empty_state if show else self.view)
+        self.view_stack.setCurrentWidget(self._empty_page if show else self.view)
 
     def empty_state_shown(self) -> bool:
-        return self.view_stack.currentWidget() is self.empty_state
+        return self.view_stack.currentWidget() is self._empty_page
 
     def set_base_model(self, base: bool) -> None:
         """A model was loaded: a base model (no chat template) turns plain completion on, and says
@@ -164,8 +218,10 @@ class ChatPanel(QWidget):
         self.input.viewport().update()
 
     def set_generating(self, generating: bool) -> None:
-        self.send_button.setEnabled(not generating)
-        self.regenerate_button.setEnabled(not generating)
+        self._generating = generating
+        if not generating:
+            self._can_regenerate = True  # the reply just written
+        self._refresh_buttons()
         self.stop_button.setEnabled(generating)
 
     def set_editing(self, text: str | None) -> None:

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QBoxLayout, QFrame, QHBoxLayout, QLabel, QPushButt
 from app.desktop_entry import icon_png
 from app.hub.builtin import BUILTIN_MODELS, DEFAULT_DEMO, builtin_path, is_installed
 from app.ui.style import small_muted_label
-from app.worker.requests import LOOKUP
+from app.worker.requests import DRAFTER_TEXT, LOOKUP
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,9 @@ class EmptyStateController(QObject):
         self.page.discoverRequested.connect(self.open_discover)
         self.page.addFolderRequested.connect(window.library.choose_folder)
         window.panel.view.messagesChanged.connect(self.refresh)
+        window.panel.loadLastRequested.connect(self.load_last)
+        window.panel.chooseModelRequested.connect(self.choose_model)
+        window.picker.selectionChanged.connect(self.refresh)  # the last pair, once restored
         window.library.entriesChanged.connect(self._on_library)
         # Bound methods of this GUI-thread object: the host's signals arrive queued.
         window.host.loadProgress.connect(self._on_load_progress)
@@ -169,7 +172,31 @@ class EmptyStateController(QObject):
         return self.window.loaded_facts is None and self.window.panel.view.is_empty()
 
     def refresh(self) -> None:
-        self.window.panel.show_empty_state(self.visible())
+        """The welcome page for an empty chat; over a chat with messages (a restart), the bar
+        that offers to load the last pair."""
+        empty = self.visible()
+        self.window.panel.show_empty_state(empty)
+        bar = self.window.loaded_facts is None and not empty and self._loading_what is None
+        self.window.panel.set_no_model(bar, self._pair_title() if bar else None)
+
+    def _pair_title(self) -> str | None:
+        """The pair the picker shows, in a few words, where it can be loaded."""
+        picker = self.window.picker
+        main = picker.main_entry()
+        if main is None or picker.spec() is None:
+            return None
+        kind, path = picker.draft_choice()
+        draft = next((e.title for e in self.window.library.entries() if e.path == path), None) if path else None
+        return f"{main.title} + {draft or DRAFTER_TEXT.get(kind, kind)}"
+
+    def load_last(self) -> None:
+        spec = self.window.picker.spec()
+        if spec is not None:
+            self.window.load_pair(spec)
+
+    def choose_model(self) -> None:
+        self.window.models_tabs.setCurrentIndex(0)  # the Model tab: the pair picker
+        self.window.picker.main_combo.setFocus()
 
     # --- buttons ------------------------------------------------------------------------------
 
@@ -216,6 +243,7 @@ class EmptyStateController(QObject):
         if self._loading_what is None:  # a load started from the Model tab
             self._loading_what = "the chosen pair"
             self.page.set_loading(True, self._loading_what)
+            self.refresh()
 
     def _on_loaded(self, facts: dict) -> None:
         self._loading_what = None

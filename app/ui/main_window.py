@@ -233,7 +233,7 @@ class MainWindow(QMainWindow):
         self.serve_panel.set_available(False, "loading")
         self._set_pair_label("loading…")
         self.picker.set_loading(True)
-        self.panel.send_button.setEnabled(False)
+        self.panel.set_model_loaded(False)
         self.host.load(spec)
 
     def _set_pair_label(self, text: str) -> None:
@@ -262,7 +262,7 @@ class MainWindow(QMainWindow):
         self.picker.set_loading(False)
         self.picker.set_loaded(facts, spec)
         self.serve_panel.set_available(True)
-        self.panel.send_button.setEnabled(True)
+        self.panel.set_model_loaded(True)
         self.panel.set_base_model(not facts.get("chat_template", True))  # base models: plain completion
         self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
         self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
@@ -291,7 +291,7 @@ class MainWindow(QMainWindow):
         self.picker.set_loading(False)
         self.picker.set_failed(message)
         self.picker.load_button.setFocus()
-        self.panel.send_button.setEnabled(True)
+        self.panel.set_model_loaded(False)
         self._set_pair_label("no model loaded")
         self.show_message(message)
 
