@@ -244,3 +244,34 @@ def test_a_reply_of_one_step_reads_in_seconds(charts, qtbot):
     for plot in (charts._speed_plot, charts._accept_plot):
         axis = plot.getPlotItem().getAxis("bottom")
         assert axis.labelString().count("x0.") == 0 and "time (s)" in axis.labelString()
+
+
+def test_a_reply_that_drafted_once_shows_its_acceptance(charts, qtbot):
+    """Issue 52 item 12: 8 drafted and 1 accepted in one step drew a bar by position and nothing
+    on the acceptance chart (one point of a line draws nothing); the whole-reply entry of its
+    legend never drew either."""
+    from app.ui.charts import ACCEPT
+    from tests.test_gui import shot
+
+    charts.reset(100.0)
+    charts.add_step(step(100.01, 1))
+    charts.add_step(step(100.02, 1))
+    charts.add_step(step(100.05, 2, n_drafted=8, n_accepted=1))
+    charts.add_step(step(100.06, 1))
+    qtbot.waitUntil(lambda: not charts.is_dirty(), timeout=2000)
+    plot = charts._accept_plot
+    inner = plot.grab(plot.getPlotItem().getViewBox().sceneBoundingRect().toRect().adjusted(2, 2, -2, -2))
+    assert _image_colour_pixels(inner.toImage(), ACCEPT) >= 8, "no acceptance drawn for the step that drafted"
+    assert len(charts.cumulative_acceptance_points()) == 1
+    assert charts._cumulative_curve.opts["symbol"] is not None  # the whole reply's point draws too
+    shot(charts, "52-12-acceptance-one-step")
+
+
+def _image_colour_pixels(image, colour, tolerance: int = 40) -> int:
+    count = 0
+    for y in range(image.height()):
+        for x in range(image.width()):
+            c = image.pixelColor(x, y)
+            if abs(c.red() - colour.red()) + abs(c.green() - colour.green()) + abs(c.blue() - colour.blue()) < tolerance:
+                count += 1
+    return count

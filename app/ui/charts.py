@@ -131,8 +131,20 @@ class LiveCharts(QWidget):
         self._rolling_curve.setPen(pg.mkPen(SPEED, width=2.2))
         self._reference_line.setPen(pg.mkPen(text, width=1.2, style=Qt.PenStyle.DashLine))
         self._reference_line.label.setColor(text)
+        # Each step that drafted is a dot as well as a point of the line: a reply that drafted in
+        # one step has one point, which a line alone never draws (the chart stayed blank). The
+        # whole reply's points are rings around them: for the first steps the two rates are the
+        # same, and a dashed line on the solid one did not show.
         self._accept_curve.setPen(pg.mkPen(ACCEPT, width=2.2))
+        self._accept_curve.setSymbol("o")
+        self._accept_curve.setSymbolSize(5)
+        self._accept_curve.setSymbolBrush(pg.mkBrush(ACCEPT))
+        self._accept_curve.setSymbolPen(pg.mkPen(None))
         self._cumulative_curve.setPen(pg.mkPen(muted, width=1.5, style=Qt.PenStyle.DashLine))
+        self._cumulative_curve.setSymbol("o")
+        self._cumulative_curve.setSymbolSize(9)
+        self._cumulative_curve.setSymbolBrush(pg.mkBrush(None))
+        self._cumulative_curve.setSymbolPen(pg.mkPen(text, width=1.2))
         bar = QColor(BARS)
         bar.setAlpha(210)
         self._bars.setOpts(brush=pg.mkBrush(bar), pen=pg.mkPen(None))
@@ -144,7 +156,7 @@ class LiveCharts(QWidget):
         speed = f"{_key(SPEED.name(), '●')} per step {_key(SPEED.name(), '━')} rolling"
         if self._reference is not None:
             speed += f" {_key(muted, '┄')} no draft"
-        accept = f"{_key(ACCEPT.name(), '━')} last {ROLLING_STEPS} steps {_key(muted, '┄')} whole reply"
+        accept = f"{_key(ACCEPT.name(), '━●')} last {ROLLING_STEPS} steps {_key(text.name(), '┄○')} whole reply"
         titles = {
             self._speed_plot: _title("Tokens per second", speed),
             self._accept_plot: _title("Acceptance rate", accept),
