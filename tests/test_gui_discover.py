@@ -179,11 +179,12 @@ def test_download_completes_verified_and_emits_the_path(qtbot, panel, hub, hub_f
     assert read_gguf_info(path).vocab_size == read_gguf_info(hub_files["q8"]).vocab_size
     assert panel.strip.state == "done" and "verified" in panel.strip.detail.text()
     qtbot.waitUntil(lambda: file_item(panel, "Tiny-Llama-2L-Q8_0.gguf").text(2) == "downloaded", timeout=WAIT_MS)
-    assert panel.download_button.text() == "Add to library"
-    hub.reset()
-    with qtbot.waitSignal(panel.downloaded, timeout=WAIT_MS) as again:
-        panel.download_button.click()
-    assert again.args == [str(path)] and hub.cdn_bytes() == 0  # nothing fetched twice
+    # Issue 52 item 4: one state, one message: the strip says it is verified and in the library;
+    # no dead button beside it and no size "to download".
+    assert panel.download_button.text() == "Downloaded" and not panel.download_button.isEnabled()
+    assert panel.download_note.text() == ""
+    assert "downloaded" in panel.details.text() and "to download" not in panel.details.text()
+    shot(panel, "52-4-download-done")
 
 
 def test_cancel_keeps_a_resumable_partial_and_the_window_keeps_turning(qtbot, panel, hub, hub_files):

@@ -100,7 +100,9 @@ def test_a_copy_of_a_builtin_model_says_it_is_already_here(qtbot, panel, hub, fa
         details = browse(qtbot, panel, REPO_SMOL, smol_copy.name, query="SmolLM2")
         assert f"✓ already here: the built-in {SMOL} is this model" in details
         assert panel._file_item(smol_copy.name).text(2) == "built-in"
-        assert "already here as the built-in" in panel.download_note.text()
+        # Issue 52 item 5: nothing to download, so no Download (a second copy was a second entry).
+        assert "is this model: no need to download it" in panel.download_note.text()
+        assert panel.download_button.text() == "Already here" and not panel.download_button.isEnabled()
         shot(panel, "discover-already-here")
     finally:
         del fake_hub.repos[REPO_SMOL]

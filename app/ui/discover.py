@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.ui import discover_text as text
-from app.ui.discover_widgets import DownloadStrip, TokenPrompt
+from app.ui.discover_widgets import DONE, DownloadStrip, TokenPrompt
 from app.ui.style import scrolling, small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
                                   RepoFiles, check_draft, list_repo_files, local_copies, read_file_facts, save_hub_token,
@@ -300,7 +300,8 @@ class DiscoverPanel(QWidget):
     def _show_facts(self) -> None:
         if self._facts is None or self._file is None:
             return
-        body = text.facts_html(self._facts, self._file.size_bytes, self._main, self._main_name)
+        here = self._listing is not None and text.file_state(self._listing, self._file) == "downloaded"
+        body = text.facts_html(self._facts, self._file.size_bytes, self._main, self._main_name, here)
         item = self._file_item(self._file.filename)
         if self._facts.same_as and item is not None and not item.text(2):
             item.setText(2, "built-in")
@@ -315,10 +316,13 @@ class DiscoverPanel(QWidget):
         state = text.file_state(listing, f) if f is not None and listing is not None else ""
         label, note = "Download", ""
         twin = self._facts.same_as if self._facts is not None else None
-        if state == "downloaded":
-            label, note = "Add to library", "already in the Hugging Face cache"
-        elif twin:
-            note = f"already here as the built-in {twin}: no need to download it"
+        usable = True
+        if state == "downloaded":  # the library lists the Hugging Face cache: nothing to add
+            label, usable = "Downloaded", False
+            note = "" if self._strip_shows(f) else "in the library (the Hugging Face cache)"
+        elif twin:  # a second copy would be the same model under a second name
+            label, usable = "Already here", False
+            note = f"the built-in {twin} is this model: no need to download it"
         elif state.startswith("partial"):
             label, note = "Resume download", f"{state.removeprefix('partial ')} kept from an earlier try"
         elif f is not None:
@@ -328,9 +332,13 @@ class DiscoverPanel(QWidget):
         elif self.strip.is_busy():
             note = "a download is running (one at a time)"
         self.download_button.setText(label)
-        self.download_button.setEnabled(f is not None and f.complete and not self._unusable
+        self.download_button.setEnabled(f is not None and f.complete and usable and not self._unusable
                                         and not self.strip.is_busy())
         self.download_note.setText(note)
+
+    def _strip_shows(self, f) -> bool:
+        """Whether the download strip already says this file was downloaded and verified."""
+        return self.strip.state == DONE and self._download == (f.repo_id, f.filename)
 
     def _refresh_states(self) -> None:
         """After a download ends, re-read from disk what the shown repository has here."""
@@ -346,6 +354,7 @@ class DiscoverPanel(QWidget):
             if item is not None:
                 item.setText(2, text.file_state(listing, f))
         self._update_download_button()
+        self._show_facts()  # "to download" becomes "downloaded"
 
     def _file_item(self, filename: str) -> QTreeWidgetItem | None:
         for group in range(self.files.topLevelItemCount()):

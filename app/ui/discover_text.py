@@ -91,7 +91,9 @@ def draft_html(compat: DraftCheck | None, draft: GGUFInfo, main: GGUFInfo | None
             f"<span style='color:{colour}'>{mark} {html.escape(verdict.text)}</span>")
 
 
-def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_name: str | None) -> str:
+def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_name: str | None,
+               here: bool = False) -> str:
+    """The selected file's facts; `here`: it is downloaded already (no size "to download")."""
     info = facts.info
     parts = fact_parts(info)
     if info.file_size:  # fact_parts ends with the file size; the whole model's is shown instead
@@ -100,7 +102,7 @@ def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_na
     parts = [f"{vocab} ({info.vocab_type})" if p == vocab and info.vocab_type else p for p in parts]
     lines = [
         html.escape(" · ".join(parts)),
-        f"{info.n_layers} layers · {format_bytes(size_bytes)} to download",
+        f"{info.n_layers} layers · {format_bytes(size_bytes)}" + (", downloaded" if here else " to download"),
         _coloured(facts.fit.fits, facts.fit.reason),
         *([f"<span style='color:{GOOD}'>✓ already here: the built-in {html.escape(facts.same_as)} "
            f"is this model</span>"] if facts.same_as else []),
