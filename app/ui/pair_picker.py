@@ -68,6 +68,7 @@ class PairPicker(QWidget):
         self._loaded_facts: dict[str, Any] = {}
         self._loading = False
         self._draft_pref: tuple[str, str | None] = (LOOKUP, None)  # the user's last draft choice
+        self._replaced: str | None = None  # why the draft model above gave way to prompt lookup
 
         self.main_combo = _combo()
         self.main_combo.setToolTip("The model that writes the reply. Its output is what you get, drafts or not.")
@@ -366,22 +367,39 @@ class PairPicker(QWidget):
         self.draft_combo.setModel(model)
         self.draft_combo.blockSignals(False)
         self.draft_combo.blockSignals(True)
+        self._replaced = None
         if (kind == MODEL and path in itself) or not self.select_draft(kind, path):
             self.select_draft(LOOKUP)
+            self._replaced = self._why_not_kept(kind, path, main, itself)
         self.draft_combo.blockSignals(False)
         self._show_draft()
 
+    def _why_not_kept(self, kind: str, path: str | None, main: LibraryEntry | None, itself: set) -> str | None:
+        """Why the user's draft model gave way to prompt lookup for this main model (one line,
+        shown beside the drafter); None where there was no draft model to keep."""
+        entry = next((e for e in self._entries if e.path == path), None) if kind == MODEL else None
+        if entry is None or main is None:
+            return None
+        if entry.path == main.path:
+            return f"{entry.title} is now the main model"
+        if entry.path in itself:
+            return f"{entry.title} has the main model's own weights"
+        reason = check_draft(main.info, entry.info).reason if entry.info is not None else "unreadable"
+        return f"{entry.title} cannot draft for {main.title} ({reason})"
+
     def _on_draft_changed(self, _index: int = 0) -> None:
         self._draft_pref = self.draft_choice()
+        self._replaced = None  # the user chose: nothing was replaced
         self._show_draft()
 
     def _show_draft(self) -> None:
         kind, path = self.draft_choice()
         entry = next((e for e in self._entries if e.path == path), None) if kind == MODEL else None
-        if kind in DRAFT_FACTS:
-            self.draft_facts.setText(DRAFT_FACTS[kind])
-        else:
-            self.draft_facts.setText(entry.facts() if entry is not None else "")
+        facts = DRAFT_FACTS[kind] if kind in DRAFT_FACTS else (entry.facts() if entry is not None else "")
+        if self._replaced:  # said beside the drafter, not only in the pending line
+            facts = (f"<span style='color:#b45309'>{_escape(self._replaced)}: "
+                     f"{_escape(LOOKUP_TEXT.lower())} instead</span><br>{_escape(facts)}")
+        self.draft_facts.setText(facts)
         self.draft_offload.set_model(entry.info if entry is not None else None)
         self._refresh_draft_controls()
         self.selectionChanged.emit()
