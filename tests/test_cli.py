@@ -402,9 +402,12 @@ def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):
 
 
 def test_bench_without_llama_server_says_so_in_one_line(specula, tiny_paths, tmp_path, monkeypatch):
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
     monkeypatch.setenv("SPECULA_LLAMA_BIN", str(tmp_path))  # a folder without it
     code, out, err = specula("bench", "-m", str(tiny_paths["llama-q8"]), "-n", "4", "--prompts", "chat", "--no-hf",
-                             "--no-llama-cpp")
+                             "--no-llama-cpp", "--backend", "llama.cpp")
     assert code == 0, err
     assert one_line(err).startswith("specula: llama-server is not built here") and "rows are left out" in err
     assert "server " not in out
