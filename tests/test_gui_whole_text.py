@@ -39,3 +39,19 @@ def test_long_names_can_be_read_whole(qtbot, data_dir, tiny_paths, copy):
     assert drafts.textElideMode() == Qt.TextElideMode.ElideMiddle
     texts = [drafts.item(i) for i in range(drafts.count())]
     assert texts and all(item.toolTip().startswith(item.text()) for item in texts)
+
+
+def test_plain_words_on_screen_the_exact_term_in_the_tooltip(qapp):
+    """Issue 52 item 10: Compare's header says what a column counts in plain words, its tooltip
+    the term a user may know from llama.cpp (TTFT, mean accepted length, RSS)."""
+    from PySide6.QtCore import Qt as _Qt
+
+    from app.ui.compare_table import COLUMNS, CompareTableModel
+
+    model = CompareTableModel()
+    shown = {model.headerData(i, _Qt.Orientation.Horizontal): model.headerData(i, _Qt.Orientation.Horizontal,
+                                                                               _Qt.ItemDataRole.ToolTipRole)
+             for i in range(len(COLUMNS))}
+    assert not {"TTFT", "Acc/step", "Peak RSS"} & set(shown)
+    assert shown["First token"].startswith("TTFT") and "RSS" in shown["Peak memory"]
+    assert "Mean accepted length" in shown["Accepted per step"] and "every repeat" in shown["Tokens, all runs"]
