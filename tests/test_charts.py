@@ -212,9 +212,9 @@ def test_nice_ceiling():
 def test_stats_line():
     summary = {"decode_tps": 42.123, "ttft_s": 0.314, "n_drafted": 120, "n_accepted": 84,
                "accept_rate": 0.7, "mean_accepted_length": 3.17, "stop_reason": "eos"}
-    assert stats_line(summary) == "42.1 tok/s · TTFT 0.31 s · drafted 120 / accepted 84 (70%) · mean accepted 3.2"
+    assert stats_line(summary) == "42.1 tok/s · first token in 0.31 s · drafted 120 / accepted 84 (70%) · 3.2 accepted per step"
     plain = {"decode_tps": 12.0, "ttft_s": 12.34, "n_drafted": 0, "n_accepted": 0, "stop_reason": "cancelled"}
-    assert stats_line(plain) == "12.0 tok/s · TTFT 12.3 s · no drafts · stopped"
+    assert stats_line(plain) == "12.0 tok/s · first token in 12.3 s · no drafts · stopped"
     # Stats saved by an older version: what is missing is left out, never shown as 0 or NaN.
     assert stats_line({"n_predicted": 11, "decode_s": 2.0, "ttft_s": float("nan")}) == "5.0 tok/s"
     assert stats_line({}) == ""

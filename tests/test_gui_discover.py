@@ -116,7 +116,7 @@ def test_file_shows_header_fit_and_draft_compatibility(qtbot, panel, hub, hub_fi
     panel.set_main_model(main)
     details = browse(qtbot, panel, REPO_SMALL, "Tiny-Llama-1L-F32.gguf")
     small = read_gguf_info(hub_files["small"])
-    assert f"ctx {small.context_length:,}" in details and f"vocab {small.vocab_size:,}" in details
+    assert f"context {small.context_length:,} tokens" in details and f"vocabulary {small.vocab_size:,} (byte-level BPE tokenizer)" in details
     assert small.architecture in details and "✓ fits: needs ≈" in details
     assert "✓ drafts token by token (same vocabulary)" in details and "cannot draft" not in details
     assert hub.cdn_bytes() < hub_files["small"].stat().st_size  # range reads, not the file

@@ -142,4 +142,4 @@ def test_library_scan_lists_a_folder_once_and_explains_unusable_files(data_dir, 
         (str(tmp_path / "gone"), "folder", False),
     ]
     assert "not a GGUF file" in entries[0].error and entries[2].error.endswith("folder not found")
-    assert entries[1].facts().startswith("llama · 146K params · Q8_0 · ctx 512 · vocab 559")
+    assert entries[1].facts().startswith("llama · 146K params · Q8_0 · context 512 tokens · vocabulary 559")

@@ -114,12 +114,14 @@ class LiveCharts(QWidget):
         self._cumulative_curve = pg.PlotDataItem()
         accept.addItem(self._accept_curve)
         accept.addItem(self._cumulative_curve)
-        accept.setYRange(0, 100, padding=0.02)
+        accept.setYRange(0, 100, padding=0.08)
         accept.setXLink(self._speed_plot.getPlotItem())  # the two time plots share their x axis
 
         self._bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self._position_plot.getPlotItem().addItem(self._bars)
-        self._position_plot.getPlotItem().setYRange(0, 100, padding=0.02)
+        self._position_plot.getPlotItem().setYRange(0, 100, padding=0.08)
+        for plot in (self._accept_plot, self._position_plot):  # three ticks stay legible in a short plot
+            plot.getPlotItem().getAxis("left").setTicks([[(v, str(v)) for v in (0, 50, 100)]])
 
     def _apply_theme(self) -> None:
         """Follow the window's palette, so a dark and a light theme both read well."""

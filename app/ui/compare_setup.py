@@ -53,6 +53,7 @@ class CompareSetup(QWidget):
         self.drafts = QListWidget()
         self.drafts.setToolTip("Each checked drafter runs every prompt; None is the baseline of every speedup.")
         self.drafts.setMinimumHeight(90)
+        self.drafts.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # each item's tooltip has it whole
         self.drafts.setMaximumHeight(150)
 
         self.adaptive = QRadioButton(f"Adaptive length (up to {DEFAULT_DRAFT_MAX})")
@@ -200,12 +201,13 @@ class CompareSetup(QWidget):
             same = is_same_model(entry, main)  # offered (it can be measured), marked, never kept ticked
             item = self._add_draft(draft_title(entry.title, result, same), choice,
                                    bool(result) and choice in checked and not same)
-            item.setToolTip(draft_tooltip(entry, main, result, same))
+            item.setToolTip(f"{item.text()}\n{draft_tooltip(entry, main, result, same)}")
             if not result:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
 
     def _add_draft(self, text: str, choice: tuple[str, str | None], checked: bool) -> QListWidgetItem:
         item = QListWidgetItem(text, self.drafts)
+        item.setToolTip(text)
         item.setData(CHOICE_ROLE, choice)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)

@@ -17,13 +17,17 @@ SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 MiB = 1 << 20
 COLUMNS = ("Config", "Category", "Tokens", "tok/s", "Speedup", "Accept", "Acc/step", "TTFT", "Peak RSS", "Identical")
 DELTA_COLUMNS = ("Earlier tok/s", "Δ tok/s", "Earlier speedup")
+# What the header shows: plain words; the exact term is in its tooltip (issue 52 items 8 and 10).
+HEADERS = {"Tokens": "Tokens, all runs", "Accept": "Accepted", "Acc/step": "Accepted per step",
+           "TTFT": "First token", "Peak RSS": "Peak memory"}
 TOOLTIPS = {
+    "Tokens": "Tokens written over every prompt of this category and every repeat (Tokens per reply x prompts x repeats)",
     "tok/s": "Decoding speed after the first token (the first comes from the prompt pass)",
     "Speedup": "tok/s over none's on the same prompts",
-    "Accept": "Drafted tokens the main model accepted",
-    "Acc/step": "Draft tokens accepted per verify step",
-    "TTFT": "Time to first token (the prompt pass), mean over the prompts",
-    "Peak RSS": "The process's resident memory sampled during the prompts (main model included)",
+    "Accept": "Acceptance rate: drafted tokens the main model accepted",
+    "Acc/step": "Mean accepted length: draft tokens accepted per verify step",
+    "TTFT": "TTFT, time to first token (the prompt pass), mean over the prompts",
+    "Peak RSS": "Peak RSS: the process's resident memory sampled during the prompts (main model included)",
     "Identical": "Same tokens as none (a batch of drafts can round a near-tie between two tokens otherwise)",
     "Δ tok/s": "Change of tok/s since the earlier run",
 }
@@ -62,7 +66,7 @@ class CompareTableModel(QAbstractTableModel):
             return None
         name = self._columns[section]
         if role == Qt.ItemDataRole.DisplayRole:
-            return name
+            return HEADERS.get(name, name)
         if role == Qt.ItemDataRole.ToolTipRole:
             return TOOLTIPS.get(name)
         return None

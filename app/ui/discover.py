@@ -57,6 +57,7 @@ def _tree(columns: list[str]) -> QTreeWidget:
     tree.setHeaderLabels(columns)
     tree.setUniformRowHeights(True)
     tree.setAlternatingRowColors(True)
+    tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # an owner and a name's end both stay
     header = tree.header()
     header.setStretchLastSection(False)
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -90,7 +91,8 @@ class DiscoverPanel(QWidget):
 
     def _build(self) -> None:
         self.query = QLineEdit()
-        self.query.setPlaceholderText("Search GGUF models on Hugging Face, e.g. Qwen2.5 or Llama-3.2")
+        self.query.setPlaceholderText("Search GGUF models")  # on Hugging Face: the tooltip says how
+        self.query.setToolTip("Search Hugging Face for GGUF models by a model's name or part of it, e.g. Qwen2.5 or Llama-3.2; empty lists the most popular")
         self.query.setClearButtonEnabled(True)
         self.query.returnPressed.connect(self.search)
         self.sort = QComboBox()

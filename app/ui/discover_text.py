@@ -91,6 +91,12 @@ def draft_html(compat: DraftCheck | None, draft: GGUFInfo, main: GGUFInfo | None
             f"<span style='color:{colour}'>{mark} {html.escape(verdict.text)}</span>")
 
 
+# GGUF's tokenizer.ggml.model names the tokenizer's kind by the model that made it famous ("gpt2"
+# for any byte-level BPE, Gemma's and Qwen's included): say the kind, not a model's name.
+TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "WordPiece",
+                   "t5": "Unigram", "rwkv": "RWKV", "plamo2": "PLaMo-2"}
+
+
 def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_name: str | None,
                here: bool = False) -> str:
     """The selected file's facts; `here`: it is downloaded already (no size "to download")."""
@@ -98,8 +104,9 @@ def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_na
     parts = fact_parts(info)
     if info.file_size:  # fact_parts ends with the file size; the whole model's is shown instead
         parts = parts[:-1] if format_bytes(info.file_size) == parts[-1] else parts
-    vocab = f"vocab {info.vocab_size:,}"
-    parts = [f"{vocab} ({info.vocab_type})" if p == vocab and info.vocab_type else p for p in parts]
+    vocab = f"vocabulary {info.vocab_size:,}"
+    kind = TOKENIZER_KINDS.get(info.vocab_type or "")
+    parts = [f"{vocab} ({kind} tokenizer)" if p == vocab and kind else p for p in parts]
     lines = [
         html.escape(" · ".join(parts)),
         f"{info.n_layers} layers · {format_bytes(size_bytes)}" + (", downloaded" if here else " to download"),

@@ -35,7 +35,8 @@ def _decode_tps(summary: Mapping[str, Any]) -> float | None:
 
 
 def stats_line(summary: Mapping[str, Any]) -> str:
-    """'42.1 tok/s · TTFT 0.31 s · drafted 120 / accepted 84 (70%) · mean accepted 3.2'.
+    """'42.1 tok/s · first token in 0.31 s · drafted 120 / accepted 84 (70%) · 3.2 accepted per step'
+    (plain words: TTFT and mean accepted length are llama.cpp's names for the two).
 
     `summary` is RunSummary.to_dict() (or the same numbers as saved in the history); missing
     numbers are left out rather than shown as zeros.
@@ -46,13 +47,13 @@ def stats_line(summary: Mapping[str, Any]) -> str:
         parts.append(f"{tps:.1f} tok/s")
     ttft = _number(summary, "ttft_s")
     if ttft is not None:
-        parts.append(f"TTFT {_seconds(ttft)}")
+        parts.append(f"first token in {_seconds(ttft)}")
     drafted, accepted = _number(summary, "n_drafted"), _number(summary, "n_accepted")
     if drafted and accepted is not None:
         parts.append(f"drafted {drafted:.0f} / accepted {accepted:.0f} ({accepted / drafted:.0%})")
         mean = _number(summary, "mean_accepted_length")
         if mean is not None:
-            parts.append(f"mean accepted {mean:.1f}")
+            parts.append(f"{mean:.1f} accepted per step")
     elif drafted == 0:
         parts.append("no drafts")
     ending = _ENDINGS.get(str(summary.get("stop_reason", "")))

@@ -47,7 +47,7 @@ def fact_parts(info: GGUFInfo) -> list[str]:
     parts = [info.architecture, f"{count_text(info.n_params)} params"]
     if info.file_type:
         parts.append(info.file_type)
-    parts += [f"ctx {info.context_length:,}", f"vocab {info.vocab_size:,}"]
+    parts += [f"context {info.context_length:,} tokens", f"vocabulary {info.vocab_size:,}"]
     if info.file_size:
         parts.append(format_bytes(info.file_size))
     if not info.has_chat_template:

@@ -76,6 +76,7 @@ class LibraryPanel(QWidget):
         self.tree.setRootIsDecorated(False)
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "SmolLM2 135…ct (Q4_1)": its quantization stays
         header = self.tree.header()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -200,7 +201,7 @@ class LibraryPanel(QWidget):
         for entry in entries:
             item = QTreeWidgetItem(row_texts(entry))
             item.setData(0, PATH_ROLE, entry.path)
-            tip = f"{entry.path or 'built-in'}\n{entry.facts()}"
+            tip = f"{entry.title}\n{entry.path or 'built-in'}\n{entry.facts()}"
             for column in range(len(COLUMNS)):
                 item.setToolTip(column, tip)
                 if not entry.usable:

@@ -393,6 +393,7 @@ class PairPicker(QWidget):
         self._show_draft()
 
     def _show_draft(self) -> None:
+        self.draft_combo._show_whole_text()  # its model may have changed with signals blocked
         kind, path = self.draft_choice()
         entry = next((e for e in self._entries if e.path == path), None) if kind == MODEL else None
         facts = DRAFT_FACTS[kind] if kind in DRAFT_FACTS else (entry.facts() if entry is not None else "")
@@ -519,8 +520,22 @@ def _note_label() -> QLabel:
     return label
 
 
+class _WholeTextCombo(QComboBox):
+    """A combo box whose tooltip starts with its whole current text: a long title, cut to the
+    panel's width ("... — same w"), can always be read (issue 52 item 9)."""
+
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 (Qt's name)
+        self._about = tip
+        self._show_whole_text()
+
+    def _show_whole_text(self) -> None:
+        about = getattr(self, "_about", "")
+        super().setToolTip(f"{self.currentText()}\n\n{about}" if self.currentText() and about else about or self.currentText())
+
+
 def _combo() -> QComboBox:
-    combo = QComboBox()
+    combo = _WholeTextCombo()
+    combo.currentIndexChanged.connect(combo._show_whole_text)
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     combo.setMinimumContentsLength(20)
     combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
