@@ -1,4 +1,4 @@
-"""The bundle leaves torch and most of transformers out (issue 52 item 15): the window's whole
+"""The bundle leaves torch out (issue 52 item 15): the window's whole
 self-test (the bundle's own check: start, library, the demo model on llama.cpp, a drafted reply,
 the charts) runs with every module packaging/bundle_excludes.py leaves out made unimportable, as
 it is inside the bundle (a None in sys.modules: `import torch` fails and find_spec says absent)."""
@@ -23,11 +23,12 @@ def bundle_excludes():
     return module
 
 
-def test_the_spec_leaves_torch_and_transformers_models_out():
+def test_the_spec_leaves_torch_out():
     left_out = bundle_excludes().left_out()
-    assert "torch" in left_out
-    assert {"transformers.models", "transformers.generation", "transformers.modeling_utils"} <= set(left_out)
-    assert "transformers.utils" not in left_out  # the chat-template renderer stays
+    assert "torch" in left_out and "accelerate" in left_out
+    # transformers stays whole: `import transformers` parses its models folder (the chat-template
+    # renderer's import), and a bundle without it failed its first reply.
+    assert not any(name.startswith("transformers") for name in left_out)
     assert "left_out()" in (ROOT / "packaging" / "specula.spec").read_text()
 
 

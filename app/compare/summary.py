@@ -183,15 +183,22 @@ def _overall(rows: list[Row], config: str) -> Row | None:
     return (overall or mine or [None])[0]
 
 
+_NOTHING_ACCEPTED = "no draft was accepted: as fast as none at best"
+
+
 def _judge(rows: list[Row], config: ConfigSpec, overall: Row) -> str:
     by_category = sorted((r for r in rows if r.config == config.name and r.category != ALL and r.speedup),
                          key=lambda r: -(r.speedup or 0.0))
     if (overall.speedup or 0.0) < 1.0 and all((r.speedup or 0.0) < 1.0 for r in by_category):
         return f"slower than none on this machine ({times(overall.speedup)})"
+    # A gain where no draft was accepted is the machine's noise, not the drafter's: not a headline.
     if len(by_category) <= 1:
-        return times(overall.speedup)
-    faster = [r for r in by_category if (r.speedup or 0.0) >= 1.0]
+        return times(overall.speedup) if overall.accept_rate else _NOTHING_ACCEPTED
+    faster = [r for r in by_category if (r.speedup or 0.0) >= 1.0 and r.accept_rate]
+    level = [r.category for r in by_category if (r.speedup or 0.0) >= 1.0 and not r.accept_rate]
     shown = [f"{times(r.speedup)} on {r.category}" for r in faster]
+    if level:
+        shown.append(f"nothing accepted on {', '.join(level)} (as fast as none)")
     slower = [r for r in by_category if (r.speedup or 0.0) < 1.0]
     if slower:
         shown.append("slower on " + ", ".join(f"{r.category} ({times(r.speedup)})" for r in reversed(slower)))

@@ -31,7 +31,7 @@ from app.ui.compare_charts import CompareCharts
 from app.ui.compare_choice import FastestRow
 from app.ui.compare_setup import CompareSetup
 from app.ui.compare_table import CompareTable
-from app.ui.library import LibraryEntry
+from app.ui.library import LibraryEntry, file_title
 from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
 from app.ui.format import html_text
@@ -204,10 +204,16 @@ class CompareWindow(QMainWindow):
         s = run.settings
         state = "" if run.status == COMPLETE else f" · {run.status}: {len(run.results)}/{run.n_expected} results"
         self.facts_label.setText(
-            f"{run.main.name} on {run.main.plan} · {'greedy' if s.greedy else f'temperature {s.temperature:g}'}"
+            f"{self._main_title(run)} on {run.main.plan} · {'greedy' if s.greedy else f'temperature {s.temperature:g}'}"
             f" · {s.n_predict} tokens per reply · {s.draft_length_text()} · {len(run.prompts)} prompt(s) · "
             f"{run.created_text()}{state}"
         )
+
+    def _main_title(self, run: CompareRun) -> str:
+        """The main model as the library names it, as the chat and the picker do (the file's
+        general.name, "SmolLm2 135M 8k Lc100K Mix1 Ep2", named no model a user picked)."""
+        entry = next((e for e in self.setup._entries if e.path == run.main.path), None)
+        return entry.title if entry is not None else file_title(Path(run.main.path).name)
 
     def _refresh_buttons(self) -> None:
         has_run = self.run is not None and bool(self.run.results)
