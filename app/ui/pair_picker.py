@@ -47,7 +47,7 @@ DRAFT_FACTS = {
     LOOKUP: "Drafts by copying what followed the last few tokens earlier in the chat.",
     NGRAM_CACHE: "Drafts what followed the last 2-4 tokens in your earlier chats and replies. It learns "
                  "from every finished reply of a main model with this vocabulary, whichever drafter "
-                 "wrote it (kept beside the history, at most 100,000 n-grams).",
+                 "wrote it (kept beside the history, at most 100,000 short word sequences, or n-grams).",
     LOOKUP_CACHE: "Prompt lookup and the n-gram cache together: the longer match drafts (this chat "
                   "first on a tie); the cache learns from each finished reply.",
     NONE: "No drafting: plain decoding, the speed reference.",
@@ -460,7 +460,7 @@ def loaded_text(facts: dict[str, Any]) -> str:
 
     draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
     if facts.get("ngram_entries") is not None and facts.get("drafter") in (NGRAM_CACHE, LOOKUP_CACHE):
-        draft += f" ({facts['ngram_entries']:,} n-grams learned)"
+        draft += f" ({facts['ngram_entries']:,} word sequences learned)"
     took = (f"(drafter changed in {facts.get('swap_s', 0):.1f} s, the main model stayed loaded)"
             if facts.get("main_kept") else f"in {facts.get('load_s', 0):.1f} s")
     text = (f"Loaded {facts.get('main_name')} ({facts.get('main_plan')}) with {draft} "
