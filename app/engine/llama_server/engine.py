@@ -16,7 +16,7 @@ import time
 from typing import Callable, Iterator, Sequence
 
 from app.engine.llama_server.client import ServerClient, StreamChunk
-from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
+from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.loop.sampling import SamplingParams
 
 
@@ -60,14 +60,15 @@ class _Reply:
         self.first_at: float | None = None
         self.n_decoded = 0  # as llama-server counts them (tokens_predicted), the end-of-generation token left out
         self.drafted = self.accepted = 0
-        self.counts = _Counts()
+        self.counts = StepCounters()
         self.step: _Step | None = None
 
     def take(self, chunk: StreamChunk) -> Iterator[StepEvent]:
         if chunk.draft_n != self.drafted or chunk.draft_n_accepted != self.accepted:  # a verify step's first token
             yield from self.flush()
             self.step = _Step(chunk.draft_n - self.drafted, chunk.draft_n_accepted - self.accepted, time.monotonic())
-            self.counts.add(self.step.n_drafted, self.step.n_accepted)
+            if self.step.n_drafted > 0:
+                self.counts.add(self.step.n_drafted, self.step.n_accepted)
             self.drafted, self.accepted = chunk.draft_n, chunk.draft_n_accepted
         if not chunk.tokens and not chunk.text:
             return
@@ -85,24 +86,6 @@ class _Reply:
         step, self.step = self.step, None
         if step is not None and step.tokens:
             yield step.event()
-
-
-class _Counts:
-    """llama.cpp's counters over a reply's steps (llama-speculative's names)."""
-
-    def __init__(self) -> None:
-        self.n_steps = 0
-        self.drafted_at: list[int] = []
-        self.accepted_at: list[int] = []
-
-    def add(self, n_drafted: int, n_accepted: int) -> None:
-        if n_drafted <= 0:
-            return
-        self.n_steps += 1
-        for counts, n in ((self.drafted_at, n_drafted), (self.accepted_at, n_accepted)):
-            counts.extend([0] * max(0, n_drafted - len(counts)))
-            for i in range(min(n, n_drafted)):
-                counts[i] += 1
 
 
 _STOPS = {"eos": StopReason.EOS, "limit": StopReason.MAX_TOKENS, "word": StopReason.STOP_STRING}

@@ -111,6 +111,29 @@ class DoneEvent:
 GenerationEvent = StepEvent | DoneEvent
 
 
+class StepCounters:
+    """Running totals of a reply's verify steps for its summary (llama.cpp's names): our
+    loop's and a llama-server reply's (app.engine.llama_server.engine) alike."""
+
+    def __init__(self) -> None:
+        self.n_steps = self.n_drafted = self.n_accepted = 0
+        self.drafted_at: list[int] = []
+        self.accepted_at: list[int] = []
+
+    def add(self, n_drafted: int, n_accepted: int) -> None:
+        if n_drafted == 0:
+            return
+        self.n_steps += 1
+        self.n_drafted += n_drafted
+        self.n_accepted += n_accepted
+        while len(self.drafted_at) < n_drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+            self.accepted_at[i] += int(i < n_accepted)
+
+
 def decode_rate(n_predicted: int, decode_s: float, ended_at_eos: bool) -> float:
     """Decoded tokens per second after the first token, the end-of-generation step counted."""
     n_decoded = n_predicted - 1 + int(ended_at_eos)

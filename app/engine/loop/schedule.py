@@ -60,6 +60,9 @@ class DraftSchedule(Protocol):
         """What the last step drafted and kept, how long drafting plus verifying took, how many
         drafts were asked for (None: as many as were drafted) and how long drafting took."""
 
+    def declined_note(self) -> str | None:
+        """One line saying why the reply drafted little, or None."""
+
 
 class FixedDraftLength:
     """Always draft up to `draft_max` (llama.cpp's behaviour)."""
@@ -73,6 +76,9 @@ class FixedDraftLength:
     def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
                draft_s: float | None = None) -> None:
         pass
+
+    def declined_note(self) -> str | None:
+        return None  # a fixed length declines nothing
 
 
 class AdaptiveDraftLength:

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Sequence
 from app.engine.loop.detok import IncrementalDetokenizer
 from app.engine.drafting.drafters import Draft, Drafter, NoDrafter
 from app.engine.errors import ContextFullError, SpeculaError
-from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepEvent, StopReason
+from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
 from app.engine.loop.sampling import (
     AcceptRule,
@@ -82,28 +82,6 @@ def make_settings(
     check_sampling(sampling)
     return DecodeSettings(max_new_tokens=max_new_tokens, draft_max=draft_max, draft_min=draft_min,
                           draft_p_min=draft_p_min, sampling=sampling, adaptive_draft=adaptive_draft)
-
-
-class _Counters:
-    """Running totals for the summary (llama.cpp's names)."""
-
-    def __init__(self) -> None:
-        self.n_steps = self.n_drafted = self.n_accepted = 0
-        self.drafted_at: list[int] = []
-        self.accepted_at: list[int] = []
-
-    def add(self, n_drafted: int, n_accepted: int) -> None:
-        if n_drafted == 0:
-            return
-        self.n_steps += 1
-        self.n_drafted += n_drafted
-        self.n_accepted += n_accepted
-        while len(self.drafted_at) < n_drafted:
-            self.drafted_at.append(0)
-            self.accepted_at.append(0)
-        for i in range(n_drafted):
-            self.drafted_at[i] += 1
-            self.accepted_at[i] += int(i < n_accepted)
 
 
 def _first_token(logits, sampling: SamplingParams, gen: Generator) -> int:
@@ -200,7 +178,7 @@ class _Generation:
         self.stop_ids = set(settings.stop_token_ids if settings.stop_token_ids is not None else _eos_ids(tokenizer))
         self.detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self.stops = StopMatcher(settings.stop_strings)
-        self.counters = _Counters()
+        self.counters = StepCounters()
         # Plain decoding asks no schedule: pricing 64 draft lengths a step cost it 4% of SmolLM2's step.
         self.schedule = (FixedDraftLength(0) if isinstance(drafter, NoDrafter) else
                          AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None), drafter.token_cost_s())
@@ -282,14 +260,13 @@ class _Generation:
     def summary(self, reason: StopReason) -> RunSummary:
         t_end = time.monotonic()
         self.drafter.finish(self.context)
-        note = (self.schedule.declined_note() if isinstance(self.schedule, AdaptiveDraftLength) else None)
         return RunSummary(
             text=self.stops.text, tokens=tuple(self.generated), stop_reason=reason, drafter=self.drafter.name,
             n_prompt=len(self.prompt_ids), n_prompt_evaluated=len(self.prompt_ids) - self.n_reused,
             prompt_s=self.t_first - self.t_start, n_predicted=len(self.generated), decode_s=t_end - self.t_first,
             ttft_s=self.t_first - self.t_start, n_steps=self.counters.n_steps, n_drafted=self.counters.n_drafted,
             n_accepted=self.counters.n_accepted, accepted_by_position=tuple(self.counters.accepted_at),
-            drafted_by_position=tuple(self.counters.drafted_at), schedule_note=note,
+            drafted_by_position=tuple(self.counters.drafted_at), schedule_note=self.schedule.declined_note(),
         )
 
 
