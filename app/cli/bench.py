@@ -178,8 +178,7 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
 
     if args.no_llama_cpp or not bench_llamacpp.available():
         return None
-    eos = main.tokenizer.eos_token_id
-    stop_ids = {eos} if isinstance(eos, int) else set(eos or ())
+    stop_ids = _stop_ids(main)
     threads = main.plan.threads if main.backend == LLAMA_CPP else torch.get_num_threads()
     try:
         peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=threads,
@@ -193,6 +192,12 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     return peer
 
 
+def _stop_ids(main: LoadedModel) -> set[int]:
+    """The model's end-of-generation ids, which a peer's reply may end with and ours do not."""
+    eos = main.tokenizer.eos_token_id
+    return {eos} if isinstance(eos, int) else set(eos or ())
+
+
 def _server_peer(main: LoadedModel, args: argparse.Namespace):
     """llama-server on the same file, threads and draft model, where it is built here (one line
     and no such rows where it is not, or where it cannot run the file)."""
@@ -203,10 +208,9 @@ def _server_peer(main: LoadedModel, args: argparse.Namespace):
         print(f"specula: {why}: llama-server's rows are left out", file=sys.stderr, flush=True)
         return None
     draft = spec_choice(args).draft_model
-    eos = main.tokenizer.eos_token_id
     peer = bench_server.LlamaServerPeer(main.path, main.plan.threads, 4096,
                                         draft=resolve_model_arg(draft) if draft else None, extra_args=args.server_arg,
-                                        stop_ids=[eos] if isinstance(eos, int) else list(eos or ()))
+                                        stop_ids=_stop_ids(main))
     try:
         peer.check(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_server.ERRORS as exc:

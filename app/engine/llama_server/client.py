@@ -98,8 +98,7 @@ class ServerClient:
         """The model's tokens for `text`, special tokens parsed and BOS added as the model asks."""
         answer = self._request("POST", "/tokenize", {"content": text, "add_special": True}, self.timeout_s)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                    for t in tokens):
+        if not _token_ids(tokens):
             raise ServerError(f"{self.base_url}/tokenize: the answer has no list of token ids")
         return tokens
 
@@ -166,18 +165,7 @@ class ServerClient:
 
 def parse_completion(answer: Any) -> ServerReply:
     """A ServerReply from /completion's JSON, every field checked for type and range."""
-    if not isinstance(answer, dict):
-        raise ServerError("llama-server's answer is not a JSON object")
-    tokens = answer.get("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                for t in tokens):
-        raise ServerError("llama-server's answer has no list of token ids (is it llama-server, with return_tokens?)")
-    text = answer.get("content", "")
-    if not isinstance(text, str):
-        raise ServerError("llama-server's answer has a content that is not text")
-    timings = answer.get("timings", {})
-    if not isinstance(timings, dict):
-        raise ServerError("llama-server's answer has timings that are not an object")
+    tokens, text, timings = _reply_fields(answer, "answer", None)
     stop_type = answer.get("stop_type", "")
     return ServerReply(tuple(tokens), text,
                        _count(timings, "prompt_n"), _duration(timings, "prompt_ms"),
@@ -210,32 +198,42 @@ def _events(answer, where: str) -> Iterator[Any]:
 
 def parse_chunk(data: Any) -> StreamChunk:
     """A StreamChunk from one streamed JSON object, every field checked."""
-    if not isinstance(data, dict):
-        raise ServerError("llama-server's streamed chunk is not a JSON object")
-    if "error" in data:
+    if isinstance(data, dict) and "error" in data:
         raise ServerError(f"llama-server: {_short(json.dumps(data['error']).encode())}")
+    tokens, text, timings = _reply_fields(data, "streamed chunk", [])
     stop = data.get("stop", False)
     if not isinstance(stop, bool):
         raise ServerError("llama-server's streamed chunk has a stop that is not true or false")
-    tokens = data.get("tokens", [])
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                for t in tokens):
-        raise ServerError("llama-server's streamed chunk has no list of token ids")
-    text = data.get("content", "")
-    if not isinstance(text, str):
-        raise ServerError("llama-server's streamed chunk has a content that is not text")
-    timings = data.get("timings", {})
-    if not isinstance(timings, dict):
-        raise ServerError("llama-server's streamed chunk has timings that are not an object")
     final = parse_completion({**data, "tokens": tokens}) if stop else None
     return StreamChunk(tuple(tokens), text, stop, _count(timings, "draft_n"), _count(timings, "draft_n_accepted"),
-                       final, _count(data, "tokens_predicted"))
+                       final, _count(data, "tokens_predicted", "chunk's "))
 
 
-def _count(timings: dict, key: str) -> int:
-    value = timings.get(key, 0)
+def _reply_fields(answer: Any, what: str, no_tokens: list | None) -> tuple[list[int], str, dict]:
+    """(token ids, text, timings) of an answer or a streamed chunk, each checked for its type;
+    `no_tokens`: what a missing token list means (None: an error)."""
+    if not isinstance(answer, dict):
+        raise ServerError(f"llama-server's {what} is not a JSON object")
+    tokens = answer.get("tokens", no_tokens)
+    if not _token_ids(tokens):
+        raise ServerError(f"llama-server's {what} has no list of token ids (is it llama-server, with return_tokens?)")
+    text = answer.get("content", "")
+    if not isinstance(text, str):
+        raise ServerError(f"llama-server's {what} has a content that is not text")
+    timings = answer.get("timings", {})
+    if not isinstance(timings, dict):
+        raise ServerError(f"llama-server's {what} has timings that are not an object")
+    return tokens, text, timings
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+def _count(fields: dict, key: str, where: str = "timings.") -> int:
+    value = fields.get(key, 0)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 40:
-        raise ServerError(f"llama-server's timings.{key} is not a count: {_short(str(value).encode())}")
+        raise ServerError(f"llama-server's {where}{key} is not a count: {_short(str(value).encode())}")
     return value
 
 
