@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from app.engine.llama_server.client import ServerError, ServerReply
+from app.engine.llama_server.client import ServerError
 from app.engine.llama_server.process import LlamaServer, ServerStartError
 from app.engine.llama_server.programs import SERVER, find_program, missing_reason
 
@@ -27,16 +26,8 @@ ERRORS = (ServerError, ServerStartError)
 _WARM_PROMPT_LEN = 4  # shorter than any n-gram llama.cpp learns from a prompt: warms kernels, teaches nothing
 
 
-@dataclass(frozen=True)
-class ServerRun:
-    """One timed request: what bench's rows are made of (tokens, wall seconds, then the server's own figures)."""
-
-    tokens: list[int]
-    seconds: float
-    reply: ServerReply
-
-    def __getitem__(self, i: int):  # bench treats runs as (tokens, seconds, ...)
-        return (self.tokens, self.seconds, self.reply.decode_tps)[i]
+# One timed request, as bench's other rows: (tokens, wall seconds, llama-server's decode tok/s).
+ServerRun = tuple[list[int], float, float | None]
 
 
 def available() -> str | None:
@@ -88,7 +79,7 @@ class LlamaServerPeer:
         tokens = list(reply.tokens)
         if tokens and tokens[-1] in self.stop_ids:
             tokens.pop()
-        return ServerRun(tokens, seconds, reply)
+        return tokens, seconds, reply.decode_tps
 
     def _stop(self, spec_type: str) -> None:
         server = self._servers.pop(spec_type, None)

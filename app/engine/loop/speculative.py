@@ -191,6 +191,7 @@ class _Generation:
 
     def first_step(self) -> _Step:
         """The prompt read (reusing what the cache holds of it) and the first token sampled."""
+        self.t_start = time.monotonic()  # the clock of prompt_s and ttft_s starts here, after the set-up
         self.n_reused = min(common_prefix_length(self.main.ids, self.prompt_ids), len(self.prompt_ids) - 1)
         token = _first_token(self.main.sync(self.prompt_ids), self.sampling, self.gen)
         self.t_first = time.monotonic()
