@@ -181,6 +181,12 @@ _WITHOUT_TORCH = ("import sys\n"
                   "sys.exit(main(sys.argv[1:]))\n")
 
 
+def test_seeded_reply_is_plain_decodings_whatever_is_drafted(llama_loaded):
+    from tests.test_sampling import assert_seeded_reply_is_plain_decodings
+
+    assert_seeded_reply_is_plain_decodings(llama_loaded("llama-f32"))
+
+
 @pytest.mark.parametrize("flags", [["--temp", "0"], ["--temp", "0.8", "--seed", "3", "--lookup"]])
 def test_a_run_on_llama_cpp_imports_neither_torch_nor_transformers(tiny_paths, flags):
     """Importing torch is about a second, most of a whole `specula run`'s start to its first token:

@@ -139,10 +139,14 @@ class RowProbs:
 
 
 def sample(probs, generator: Generator) -> int:
-    """A token drawn from `probs` (any non-negative weights, not all zero), by inverse CDF."""
-    cdf = np.cumsum(np.asarray(probs, dtype=np.float64))
+    """A token drawn from `probs` (any non-negative weights, not all zero), by inverse CDF over
+    the tokens of non-zero weight (the same draw as over all of them, at a fraction of the cost
+    where top-k or top-p leave few)."""
+    probs = np.asarray(probs)
+    kept = np.flatnonzero(probs)
+    cdf = np.cumsum(probs[kept], dtype=np.float64)
     u = generator.random() * cdf[-1]
-    return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
+    return int(kept[min(np.searchsorted(cdf, u, side="right"), len(kept) - 1)])
 
 
 AcceptRule = Callable[[object, object, list[int], Generator], tuple[int, int]]
@@ -155,17 +159,24 @@ def speculative_accept(p, q, draft: list[int], generator: Generator) -> tuple[in
        array, or RowProbs, which makes each row when first read).
     q: [k, V] draft probabilities, or None for a deterministic (one-hot) drafter.
     Returns (number of draft tokens accepted, the token that follows them).
+
+    A one-hot draft is judged as llama.cpp judges every draft: the main model samples each
+    position with one draw of the stream, as plain decoding would, and the draft token stands
+    while it matches. That keeps p exactly (the draft token is accepted with probability p_x,
+    the most any rule can), and more: a seeded reply is plain decoding's reply, whatever was
+    drafted and however long the adaptive schedule made the drafts.
     """
+    if q is None:
+        for i, token in enumerate(draft):
+            sampled = sample(p[i], generator)
+            if sampled != token:
+                return i, sampled
+        return len(draft), sample(p[len(draft)], generator)
     for i, token in enumerate(draft):
-        p_x = float(p[i, token])
-        q_x = float(q[i, token]) if q is not None else 1.0
+        p_x, q_x = float(p[i, token]), float(q[i, token])
         if q_x > 0 and generator.random() * q_x < p_x:
             continue  # accepted with probability min(1, p_x / q_x)
-        if q is not None:
-            residual = np.clip(np.asarray(p[i], dtype=np.float64) - np.asarray(q[i], dtype=np.float64), 0.0, None)
-        else:
-            residual = np.array(p[i], dtype=np.float64)
-            residual[token] = 0.0
+        residual = np.clip(np.asarray(p[i], dtype=np.float64) - np.asarray(q[i], dtype=np.float64), 0.0, None)
         total = float(residual.sum())
         # total == 0 only when p == q exactly, where rejection has probability 0.
         replacement = sample(residual if total > 0 else p[i], generator)
