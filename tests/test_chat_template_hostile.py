@@ -5,8 +5,13 @@ template path."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +29,25 @@ HOSTILE = {
     "huge-power": "{{ 10 ** 1000000000 }}",
     "doubling": "{% set ns = namespace(x='ab') %}{% for i in range(64) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x }}",
 }
+# The shapes of issue 51 item 4: each reached gigabytes or ran for minutes in the sandbox alone.
+BOMBS = {
+    "tilde-doubling": "{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}{{ ns.x }}",
+    "center": "{{ 'x' | center(2 * 10 ** 9) }}",
+    "indent": "{{ 'a\nb' | indent(2 * 10 ** 9) }}",
+    "indent-by-text": "{% set w = 'x' * 4000000 %}{{ ('\n' * 1000000) | indent(w) }}",
+    "percent-format-filter": "{{ '%02000000000d' | format(1) }}",
+    "percent-operator": "{{ '%02000000000d' % 1 }}",
+    "str-format": "{{ '{:>2000000000}'.format(1) }}",
+    "ljust": "{{ 'x'.ljust(2 * 10 ** 9) }}",
+    "squaring": "{% set ns = namespace(x=3) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}{% endfor %}{{ ns.x }}",
+    "loops-of-loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "nested-lists": "{% set ns = namespace(x=['ab']) %}{% for i in range(60) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x | tojson }}",
+    "join": "{% set s = 'x' * 4000000 %}{{ ([s] * 1000) | join }}",
+    "replace": "{% set s = 'a' * 1000000 %}{{ s.replace('a', s) }}",
+    "long-output": "{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{{ s }}{% endfor %}",
+    "long-static-output": "{% for i in range(100000) %}" + "y" * 1000 + "{% endfor %}",
+}
+HOSTILE.update({name: BOMBS[name] for name in ("tilde-doubling", "center", "loops-of-loops", "nested-lists")})
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +97,9 @@ PIECES = ["{{ m.content }}", "{% for m in messages %}", "{% endfor %}", "{% if a
           "{% endif %}", "{{ messages[0]['role'] }}", "{{ range(%d) | list | length }}", "{{ 1 / %d }}",
           "{{ raise_exception('x') }}", "{{ messages[%d].content }}", "{{ m.content | upper }}", "<|im_start|>",
           "{% set x = %d %}", "{{ x * 'ab' }}", "{{ ''.__class__ }}", "{{ bos_token }}", "{{", "}}", "{%", "%}",
-          "{{ m.content[%d:] }}", "{{ messages | map(attribute='content') | join(',') }}", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"]
+          "{{ m.content[%d:] }}", "{{ m.content | center(%d) }}", "{{ ('%0' ~ %d ~ 'd') | format(1) }}",
+          "{{ m.content.ljust(%d) }}", "{% for i in range(%d) %}{% for j in range(%d) %}{% endfor %}{% endfor %}",
+          "{% set ns = namespace(x=m.content) %}{% for i in range(%d) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}", "{{ messages | map(attribute='content') | join(',') }}", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"]
 
 
 def test_fuzzed_templates_render_or_fail_in_one_line(tiny_paths):
@@ -87,7 +113,7 @@ def test_fuzzed_templates_render_or_fail_in_one_line(tiny_paths):
     rendered = failed = 0
     while time.monotonic() < deadline:
         parts = [rng.choice(PIECES) for _ in range(rng.randint(1, 8))]
-        tokenizer.chat_template = "".join(p.replace("%d", str(rng.choice([0, 1, -1, 10**9]))) for p in parts)
+        tokenizer.chat_template = "".join(p.replace("%d", str(rng.choice([0, 1, -1, 40, 99999, 10**9]))) for p in parts)
         try:
             ids = render_prompt(tokenizer, messages)
         except ChatTemplateError as exc:
@@ -98,3 +124,47 @@ def test_fuzzed_templates_render_or_fail_in_one_line(tiny_paths):
             rendered += 1
     tokenizer.chat_template = CHATML
     assert rendered and failed
+
+
+def test_template_bombs_stay_small_and_short():
+    """Every bomb of issue 51 item 4 is refused in one line, in a child that renders them all
+    through transformers' template path (as both backends do): its peak memory grows by less than
+    256 MB and no render runs on (before the bounds, one bomb took gigabytes or minutes)."""
+    script = textwrap.dedent(f"""
+        import json, resource, sys, time
+        from app.engine.loop.template_guard import install
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+        install()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        results = {{}}
+        for name, source in {BOMBS!r}.items():
+            start = time.monotonic()
+            try:
+                _compile_jinja_template(source).render(messages=[{{"role": "user", "content": "hi"}}])
+                results[name] = "rendered"
+            except Exception as exc:
+                results[name] = type(exc).__name__ + ": " + str(exc)
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024
+        print(json.dumps({{"grown_mb": grown_mb, "results": results}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, result in report["results"].items():
+        assert result.startswith("SecurityError: the template "), (name, result)
+    assert report["grown_mb"] < 256, report
+
+
+def test_a_template_that_runs_on_is_stopped_in_one_line(tiny_paths):
+    from app.engine.loader import load_model
+    from app.engine.loop.chat import render_prompt
+
+    tokenizer = load_model(tiny_paths["llama-f32"], device="cpu", dtype="float32").tokenizer
+    tokenizer.chat_template = BOMBS["loops-of-loops"]
+    try:
+        with pytest.raises(ChatTemplateError) as caught:
+            render_prompt(tokenizer, [{"role": "user", "content": "hi"}])
+    finally:
+        tokenizer.chat_template = CHATML
+    assert "ran for over" in str(caught.value) and "\n" not in str(caught.value)

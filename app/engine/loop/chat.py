@@ -11,6 +11,7 @@ import logging
 import re
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 import jinja2
@@ -76,7 +77,9 @@ def _render(tokenizer, messages: list[dict], template: str | None) -> str:
                                              tokenize=False)
     except _TEMPLATE_FAILURES as exc:
         detail = (str(exc).splitlines() or [""])[0][:200] or type(exc).__name__
-        raise ChatTemplateError(f"the model's chat template failed on these messages: {detail}") from None
+        source = Path(str(getattr(tokenizer, "name_or_path", "") or "")).name
+        whose = f"the chat template of {source}" if source else "the model's chat template"
+        raise ChatTemplateError(f"{whose} failed on these messages: {detail}") from None
 
 
 # What a template's code can raise: jinja2's own errors (raise_exception, syntax, the sandbox's
