@@ -139,7 +139,7 @@ def test_a_failed_write_leaves_nothing_behind(main_file, tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
-def _fake_gemma3(path: Path, n_layers: int = 8, alignment: int | None = None) -> Path:
+def fake_gemma3(path: Path, n_layers: int = 8, alignment: int | None = None) -> Path:
     """A header-true gemma3 file (norms only: enough for our reader, not for llama.cpp). With
     `alignment`, general.alignment says so (any u32, as a hostile file may hold) and its padding
     is left as holes: a sparse file, small on disk whatever its apparent size."""
@@ -178,7 +178,7 @@ def test_gemma_layers_keep_their_sliding_window_or_global_attention(tmp_path):
     from app.engine.gguf.info import read_gguf_info
 
     kept = (0, 4, 5, 6, 7)
-    src = _fake_gemma3(tmp_path / "gemma.gguf")
+    src = fake_gemma3(tmp_path / "gemma.gguf")
     assert full_attention_layers(read_gguf_info(src)) == (5,)  # every 6th: 5, 11, ...
     draft = write_layer_draft(src, kept, tmp_path / "draft.gguf")
     reader = gguf.GGUFReader(str(draft.path))
@@ -191,7 +191,7 @@ def test_gemma_layers_keep_their_sliding_window_or_global_attention(tmp_path):
 
 
 def test_an_architecture_with_irregular_layers_is_refused(tmp_path):
-    src = _fake_gemma3(tmp_path / "gemma.gguf")
+    src = fake_gemma3(tmp_path / "gemma.gguf")
     data = src.read_bytes().replace(b"gemma3", b"gemm3n")  # the same length: the header stays whole
     other = tmp_path / "other.gguf"
     other.write_bytes(data)
@@ -235,7 +235,7 @@ def test_an_absurd_alignment_is_one_line_and_writes_nothing(tmp_path, capsys, al
     94 MB on disk) made make-draft write 940 MB; 3 and 0 are no alignment at all."""
     from app.cli import main as cli
 
-    src = _fake_gemma3(tmp_path / "aligned.gguf", alignment=alignment)
+    src = fake_gemma3(tmp_path / "aligned.gguf", alignment=alignment)
     out = tmp_path / "draft.gguf"
     with pytest.raises(ModelFileError) as caught:
         write_layer_draft(src, (0, 4, 5, 6, 7), out)
@@ -250,7 +250,7 @@ def test_an_absurd_alignment_is_one_line_and_writes_nothing(tmp_path, capsys, al
 def test_the_draft_has_the_default_alignment_and_the_size_its_disk_check_planned(main_file, tmp_path):
     """A 64 KiB alignment (the most the reader accepts) is not copied: the draft is 32-aligned,
     and the disk check counted its padding, so it planned the file's exact size."""
-    src = _fake_gemma3(tmp_path / "aligned.gguf", alignment=64 << 10)
+    src = fake_gemma3(tmp_path / "aligned.gguf", alignment=64 << 10)
     drafts = [write_layer_draft(source, (0, 1, 3), tmp_path / f"{source.stem}-draft.gguf") for source in (src, main_file)]
     for draft in drafts:
         reader = gguf.GGUFReader(str(draft.path))
