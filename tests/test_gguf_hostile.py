@@ -350,3 +350,47 @@ def test_a_split_models_first_part_is_listed_but_not_built(tmp_path):
     assert info.n_layers == 4
     with pytest.raises(ModelFileError, match="block_count = 4 disagrees"):
         fastload.config_dict(info)
+
+
+# --- general.alignment (issue 51 item 5) ----------------------------------------------------------
+
+ALIGNMENTS = {  # the key as a writer would store it -> what the one line must say
+    "4MiB": (lambda w: w.add_uint32("general.alignment", 4 << 20), "general.alignment 4194304"),
+    "128KiB": (lambda w: w.add_uint32("general.alignment", 128 << 10), "general.alignment 131072"),
+    "three": (lambda w: w.add_uint32("general.alignment", 3), "general.alignment 3"),
+    "zero": (lambda w: w.add_uint32("general.alignment", 0), "general.alignment 0"),
+    "u64": (lambda w: w.add_uint64("general.alignment", 32), "must be a u32"),  # llama.cpp and gguf-py refuse it
+}
+
+
+@pytest.mark.parametrize("case", ALIGNMENTS)
+def test_an_absurd_alignment_is_one_line_in_every_reader(tmp_path, specula, case):
+    """Padding to general.alignment counts in every size read from a file: the reader accepts a
+    u32 power of two up to 64 KiB (writers use 32), and refuses any other in one line naming the
+    file and the value, wherever a header is read: inspect, check-pair, run (the loader), the
+    library, the window's library and the header of a file on the hub."""
+    from app.hub.library import list_local_models
+    from app.ui.library import scan_library
+
+    extra, words = ALIGNMENTS[case]
+    bad, good = write_gguf(tmp_path / f"{case}.gguf", extra=extra), write_gguf(tmp_path / "good.gguf")
+    for read in (read_gguf_info, lambda p: parse_gguf_header(p.read_bytes(), p.name, p.stat().st_size)):
+        with pytest.raises(ModelFileError) as exc:
+            read(bad)
+        assert "\n" not in str(exc.value) and words in str(exc.value) and bad.name in str(exc.value)
+    (listed,) = [m for m in list_local_models([tmp_path], include_builtin=False) if m.path == bad]
+    assert not listed.usable and words in listed.error, listed.error
+    (entry,) = [e for e in scan_library([str(bad)], [], builtins=False) if e.path == str(bad)]
+    assert entry.info is None and words in entry.error, entry
+    for args in (["inspect", str(bad)], ["check-pair", str(good), str(bad)], ["run", "-m", str(bad), "-p", "hi", "-n", "2"]):
+        code, out, err = specula(*args)
+        assert code != 0 and out == "", (args, out)
+        assert len(err.splitlines()) == 1 and "Traceback" not in err and words in err and bad.name in err, (args, err)
+
+
+def test_alignments_up_to_64_kib_are_read(tmp_path):
+    for alignment in (1, 32, 4096, 64 << 10):
+        path = write_gguf(tmp_path / f"a{alignment}.gguf", extra=lambda w: w.add_custom_alignment(alignment))
+        info = read_gguf_info(path)
+        assert info.metadata["general.alignment"] == alignment and info.data_offset % alignment == 0
+        assert info.data_offset == gguf.GGUFReader(str(path)).data_offset

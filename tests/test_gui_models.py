@@ -263,3 +263,21 @@ def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, 
     summary = send(qtbot, window, "The quick brown fox", GREEDY_FIXED)
     assert summary["n_drafted"] > 0
     shot(window, "text-level-chat")
+
+
+def test_a_file_with_an_absurd_alignment_is_refused_in_one_line(qtbot, data_dir, tmp_path):
+    """Issue 51 item 5: a 4 MiB general.alignment, its padding sparse holes, is listed greyed with
+    the reader's one line (the file and the value), never selectable, never a crash."""
+    from tests.test_layer_draft import fake_gemma3
+
+    aligned = fake_gemma3(tmp_path / "aligned-4mib.gguf", alignment=4 << 20)
+    window = open_window(qtbot)
+    add_models(qtbot, window, [aligned])
+    (entry,) = [e for e in window.library.entries() if e.path == str(aligned)]
+    assert entry.info is None and entry.error.startswith("aligned-4mib.gguf: invalid general.alignment 4194304")
+    assert "\n" not in entry.error and not window.picker.select_main(str(aligned))
+    window.models_tabs.setCurrentWidget(window.library)
+    tree = window.library.tree
+    tree.setCurrentItem(tree.topLevelItem(tree.topLevelItemCount() - 1))
+    assert "invalid general.alignment 4194304" in window.library.details.text()
+    shot(window, "51-5-library-absurd-alignment")

@@ -139,8 +139,10 @@ def test_a_failed_write_leaves_nothing_behind(main_file, tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
-def _fake_gemma3(path: Path, n_layers: int = 8) -> Path:
-    """A header-true gemma3 file (norms only: enough for our reader, not for llama.cpp)."""
+def fake_gemma3(path: Path, n_layers: int = 8, alignment: int | None = None) -> Path:
+    """A header-true gemma3 file (norms only: enough for our reader, not for llama.cpp). With
+    `alignment`, general.alignment says so (any u32, as a hostile file may hold) and its padding
+    is left as holes: a sparse file, small on disk whatever its apparent size."""
     writer = gguf.GGUFWriter(str(path), "gemma3")
     writer.add_block_count(n_layers)
     writer.add_embedding_length(8)
@@ -151,12 +153,21 @@ def _fake_gemma3(path: Path, n_layers: int = 8) -> Path:
     writer.add_uint32("gemma3.attention.sliding_window", 16)
     writer.add_tokenizer_model("llama")
     writer.add_token_list([f"t{i}" for i in range(32)])
-    writer.add_tensor("token_embd.weight", np.zeros((32, 8), dtype=np.float32))
-    for i in range(n_layers):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.full(8, i, dtype=np.float32))
+    if alignment is not None:
+        writer.add_uint32(gguf.Keys.General.ALIGNMENT, alignment)
+        writer.data_alignment = alignment or 1
+    tensors = {"token_embd.weight": np.zeros((32, 8), dtype=np.float32),
+               **{f"blk.{i}.attn_norm.weight": np.full(8, i, dtype=np.float32) for i in range(n_layers)}}
+    for name, array in tensors.items():
+        writer.add_tensor_info(name, array.shape, array.dtype, array.nbytes)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    out = writer.fout[0]
+    for array in tensors.values():
+        out.seek(writer.ggml_pad(out.tell(), writer.data_alignment))
+        out.write(array.tobytes())
+    out.truncate(writer.ggml_pad(out.tell(), writer.data_alignment))
     writer.close()
     return path
 
@@ -167,7 +178,7 @@ def test_gemma_layers_keep_their_sliding_window_or_global_attention(tmp_path):
     from app.engine.gguf.info import read_gguf_info
 
     kept = (0, 4, 5, 6, 7)
-    src = _fake_gemma3(tmp_path / "gemma.gguf")
+    src = fake_gemma3(tmp_path / "gemma.gguf")
     assert full_attention_layers(read_gguf_info(src)) == (5,)  # every 6th: 5, 11, ...
     draft = write_layer_draft(src, kept, tmp_path / "draft.gguf")
     reader = gguf.GGUFReader(str(draft.path))
@@ -180,7 +191,7 @@ def test_gemma_layers_keep_their_sliding_window_or_global_attention(tmp_path):
 
 
 def test_an_architecture_with_irregular_layers_is_refused(tmp_path):
-    src = _fake_gemma3(tmp_path / "gemma.gguf")
+    src = fake_gemma3(tmp_path / "gemma.gguf")
     data = src.read_bytes().replace(b"gemma3", b"gemm3n")  # the same length: the header stays whole
     other = tmp_path / "other.gguf"
     other.write_bytes(data)
@@ -216,3 +227,34 @@ def test_make_draft_and_bench_pair_run_end_to_end(main_file, tmp_path, capsys):
                 "(c) ours + draft, fixed 4", "(d) llama.cpp + draft, 4", "not exposed by the binding"):
         assert row in table
     assert "4 of 6 layers" in table
+
+
+@pytest.mark.parametrize("alignment", [4 << 20, 2**31, 3, 0])
+def test_an_absurd_alignment_is_one_line_and_writes_nothing(tmp_path, capsys, alignment):
+    """Issue 51 item 5: a 4 MiB alignment with holes punched in the padding (1.17 GB apparent,
+    94 MB on disk) made make-draft write 940 MB; 3 and 0 are no alignment at all."""
+    from app.cli import main as cli
+
+    src = fake_gemma3(tmp_path / "aligned.gguf", alignment=alignment)
+    out = tmp_path / "draft.gguf"
+    with pytest.raises(ModelFileError) as caught:
+        write_layer_draft(src, (0, 4, 5, 6, 7), out)
+    message = str(caught.value)
+    assert "\n" not in message and "aligned.gguf" in message and f"general.alignment {alignment}" in message
+    assert cli(["make-draft", str(src), "--keep", "0-5", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and f"general.alignment {alignment}" in err
+    assert _leftovers(tmp_path) == ["aligned.gguf"]
+
+
+def test_the_draft_has_the_default_alignment_and_the_size_its_disk_check_planned(main_file, tmp_path):
+    """A 64 KiB alignment (the most the reader accepts) is not copied: the draft is 32-aligned,
+    and the disk check counted its padding, so it planned the file's exact size."""
+    src = fake_gemma3(tmp_path / "aligned.gguf", alignment=64 << 10)
+    drafts = [write_layer_draft(source, (0, 1, 3), tmp_path / f"{source.stem}-draft.gguf") for source in (src, main_file)]
+    for draft in drafts:
+        reader = gguf.GGUFReader(str(draft.path))
+        assert reader.alignment == 32 and "general.alignment" not in reader.fields
+        assert all(t.data_offset % 32 == 0 for t in reader.tensors)
+        assert draft.planned_size == draft.size == draft.path.stat().st_size
+    assert drafts[0].size < 4096 and src.stat().st_size == 10 * (64 << 10)  # the header and 9 tensors, padded

@@ -33,6 +33,12 @@ log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+# llama.cpp and gguf-py read general.alignment as a u32, a non-zero power of two, 32 when absent,
+# and nothing bounds it. We do: alignment only adds padding, which counts in every size read from
+# a file (a sparse 94 MB file aligned to 4 MiB had 1.17 GB of them, and make-draft wrote 940 MB).
+# Every writer we know leaves it at 32; 64 KiB is the largest page size llama.cpp runs on (arm64
+# and ppc64le kernels with 64 KiB pages), the one reason to align tensor data any further.
+MAX_ALIGNMENT = 64 << 10
 _SUPPORTED_VERSIONS = (2, 3)
 
 # GGUF value type id -> (struct format, numpy dtype) for the fixed-size scalar types.
@@ -49,7 +55,7 @@ _SCALARS: dict[int, tuple[struct.Struct, str]] = {
     11: (struct.Struct("<q"), "<i8"),
     12: (struct.Struct("<d"), "<f8"),
 }
-_T_STRING, _T_ARRAY = 8, 9
+_T_U32, _T_STRING, _T_ARRAY = 4, 8, 9
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -378,13 +384,14 @@ def _parse(buf: Any, end: int, path: Path, file_size: int | None) -> GGUFInfo:
     p.count(n_tensors, _MIN_TENSOR_BYTES, "tensors", limit)
 
     metadata: dict[str, Any] = {}
+    alignment_type = _T_U32
     for _ in range(n_kv):
         key = p.string()
-        metadata[key] = p.value(p.u32())
-
-    alignment = _as_int(metadata.get("general.alignment"), DEFAULT_ALIGNMENT)
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise _Corrupt(f"invalid general.alignment {alignment} (must be a power of two)")
+        vtype = p.u32()
+        metadata[key] = p.value(vtype)
+        if key == "general.alignment":
+            alignment_type = vtype
+    alignment = _alignment(metadata.get("general.alignment", DEFAULT_ALIGNMENT), alignment_type)
 
     tensors = []
     for _ in range(n_tensors):
@@ -413,6 +420,17 @@ def _parse(buf: Any, end: int, path: Path, file_size: int | None) -> GGUFInfo:
             raise _Corrupt(f"truncated GGUF file (tensor data needs {needed} bytes, "
                            f"file has {file_size})")
     return _build(path, file_size or 0, version, metadata, tuple(tensors), data_offset)
+
+
+def _alignment(value: Any, vtype: int) -> int:
+    """general.alignment, checked: a u32 (llama.cpp and gguf-py refuse any other type),
+    a power of two, at most MAX_ALIGNMENT."""
+    if vtype != _T_U32:
+        raise _Corrupt(f"invalid general.alignment: must be a u32, not {_kind(value)} (GGUF value type {vtype})")
+    if value <= 0 or value & (value - 1) or value > MAX_ALIGNMENT:
+        raise _Corrupt(f"invalid general.alignment {value}: must be a power of two from 1 to "
+                       f"{MAX_ALIGNMENT} (GGUF writers use {DEFAULT_ALIGNMENT})")
+    return int(value)
 
 
 # The keys this program reads, with the type each must have. A header is hostile input: a name

@@ -3,8 +3,8 @@ as in Zhang et al. 2023, "Draft & Verify"), written as a GGUF file of its own.
 
 Such a draft has the main model's vocabulary, tokenizer, embeddings and output head by
 construction (the same bytes), so it always pairs token by token; it needs no training and no
-second download. `write_layer_draft` copies every metadata key and non-layer tensor as it is
-(the same quantization types, the same bytes), keeps the chosen `blk.N` tensors renumbered
+second download. `write_layer_draft` copies every metadata key (but general.alignment: a draft
+has the default, 32) and non-layer tensor as it is (the same quantization types, the same bytes), keeps the chosen `blk.N` tensors renumbered
 0..n-1, and updates what depends on the layer count: `<arch>.block_count`, any per-layer
 metadata array, and, for architectures where llama.cpp derives sliding-window layers from the
 layer index (Gemma 2/3), an explicit per-layer pattern so that every kept layer attends as it did.
@@ -60,6 +60,7 @@ class LayerDraft:
     kept: tuple[int, ...]  # the main model's layer indices, in order
     n_layers: int  # the main model's layer count
     size: int  # bytes
+    planned_size: int  # the bytes the disk check asked for: the whole file, padding included
 
     def describe(self) -> str:
         return (f"{len(self.kept)} of {self.n_layers} layers ({format_layers(self.kept)}), "
@@ -193,27 +194,25 @@ def write_layer_draft(main_path: str | os.PathLike[str], keep_layers: Sequence[i
         raise UnsupportedModelError(f"{main_path.name}: a big-endian GGUF file; layer drafts are written little-endian only")
 
     renamed = _renamed_tensors(reader, kept, main_path.name)
-    need = sum(int(t.n_bytes) for t, _ in renamed) + reader.data_offset
     folder = out_path.parent if str(out_path.parent) else Path(".")
     if not folder.is_dir():
         raise SpeculaError(f"{folder}: no such folder for the draft")
-    free = shutil.disk_usage(folder).free
-    if free < need + (16 << 20):
-        raise SpeculaError(f"not enough disk space in {folder} for the draft: it needs about "
-                           f"{format_bytes(need)}, {format_bytes(free)} is free")
 
     handle, staging_name = tempfile.mkstemp(prefix=f".{out_path.name[:60]}.", suffix=".tmp", dir=folder)
     os.close(handle)
     staging = Path(staging_name)
     try:
+        # The default alignment, not the input's: a larger one only adds padding (see MAX_ALIGNMENT).
         writer = gguf.GGUFWriter(staging, arch)
-        writer.data_alignment = reader.alignment
         _copy_metadata(reader, writer, arch, kept, n_layers)
         for tensor, name in renamed:
             writer.add_tensor_info(name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
+        writer.write_ti_data_to_file()  # flushed: the staging file holds the whole header now
+        written = staging.stat().st_size
+        planned = gguf.GGUFWriter.ggml_pad(written, writer.data_alignment) + _data_size(renamed, writer.data_alignment)
+        _check_space(folder, planned - written)
         for tensor, _ in renamed:
             writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
         writer.close()
@@ -231,7 +230,22 @@ def write_layer_draft(main_path: str | os.PathLike[str], keep_layers: Sequence[i
         raise
     size = out_path.stat().st_size
     log.info("wrote %s: %d of %d layers of %s", out_path, len(kept), n_layers, main_path.name)
-    return LayerDraft(out_path, kept, n_layers, size)
+    return LayerDraft(out_path, kept, n_layers, size, planned)
+
+
+def _data_size(renamed: list[tuple[Any, str]], alignment: int) -> int:
+    """The bytes of the draft's tensor data: each tensor padded to the alignment, as GGUFWriter writes it."""
+    import gguf
+
+    return sum(gguf.GGUFWriter.ggml_pad(int(tensor.data.nbytes), alignment) for tensor, _ in renamed)
+
+
+def _check_space(folder: Path, need: int) -> None:
+    """One line when the folder's disk has less than `need` bytes free, and a margin."""
+    free = shutil.disk_usage(folder).free
+    if free < need + (16 << 20):
+        raise SpeculaError(f"not enough disk space in {folder} for the draft: it needs about "
+                           f"{format_bytes(need)}, {format_bytes(free)} is free")
 
 
 def _renamed_tensors(reader: Any, kept: tuple[int, ...], name: str) -> list[tuple[Any, str]]:
@@ -263,6 +277,8 @@ def _copy_metadata(reader: Any, writer: Any, arch: str, kept: tuple[int, ...], n
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name == gguf.Keys.General.ARCHITECTURE:
             continue  # the header's own counts, and the key GGUFWriter writes itself
+        if field.name == gguf.Keys.General.ALIGNMENT:
+            continue  # the draft has the default alignment, which goes unsaid
         if field.name in DRAFT_KEYS or (field.name == swa_key and arch in SWA_PERIOD):
             continue  # written below
         kind = field.types[0]
