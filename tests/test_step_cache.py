@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
 
 import pytest
 
 from app.engine.backends import llamacpp_cost
-from tests.llama_support import llama_loaded  # noqa: F401 - fixture
+from app.engine.machine import OtherWork
+from tests.llama_support import llama_loaded, require_llama_cpp  # noqa: F401 - fixture
 
 
 @pytest.mark.parametrize("points", [
@@ -57,3 +60,41 @@ def test_a_damaged_cache_is_measured_again(llama_loaded, damage):  # noqa: F811
     assert all(math.isfinite(curve.ratio(n)) and curve.ratio(n) > 0 for n in (1, 4, 16, 64))
     stored = json.loads(path.read_text()).get(key)
     assert stored is None or llamacpp_cost._valid(stored) is not None  # replaced (unless the CPU was busy)
+
+
+def _spin(stop, cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    while not stop.is_set():
+        pass
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: one busy, one measuring")
+def test_a_curve_measured_beside_a_busy_core_is_not_cached(tiny_paths):
+    """Another process spinning on one core while llama.cpp's steps are measured on the other (a
+    browser at work beside a one-thread run): the steps themselves look steady, yet the curve only
+    serves this run and is not cached (issue 51 item 2). The machine's own accounting
+    (/proc/stat) says so, not the step times."""
+    require_llama_cpp()
+    from app.engine.backends.llamacpp import LlamaSettings
+    from app.engine.loader import load_model
+
+    weights = load_model(tiny_paths["llama-f32"], backend="llama.cpp", llama=LlamaSettings(threads=1)).model
+    build = "test-build-busy"
+    key = llamacpp_cost._key(weights, build)
+    mine = os.sched_getaffinity(0)
+    busy_cpu, own_cpu = sorted(mine)[:2]
+    stop = multiprocessing.Event()
+    spinner = multiprocessing.Process(target=_spin, args=(stop, busy_cpu), daemon=True)
+    spinner.start()
+    os.sched_setaffinity(0, {own_cpu})
+    try:
+        with OtherWork() as others:
+            curve = llamacpp_cost.step_curve(weights, build)
+    finally:
+        os.sched_setaffinity(0, mine)
+        stop.set()
+        spinner.join()
+    assert others.cores is not None and others.cores > llamacpp_cost.MAX_OTHER_CORES
+    assert set(curve.points) == set(llamacpp_cost.POINTS)
+    path = llamacpp_cost.cache_file()
+    assert not path.exists() or key not in json.loads(path.read_text())

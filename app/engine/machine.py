@@ -7,6 +7,7 @@ without importing torch, so they live here.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -43,3 +44,39 @@ def memory_limit_bytes() -> int | None:
 def ram_total() -> int | None:
     found = _meminfo("MemTotal")
     return found if found is not None else _sysconf_bytes("SC_PHYS_PAGES")
+
+
+def _busy_jiffies() -> int | None:
+    """Clock ticks all CPUs have spent working since boot (/proc/stat's first line: user, nice,
+    system, irq, softirq, steal), or None where the OS does not say."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    except (OSError, ValueError, IndexError):
+        return None
+    return user + nice + system + irq + softirq + steal
+
+
+class OtherWork:
+    """How much CPU other processes used while a block ran, in cores (0.5: half a core on
+    average): what a timing needs to know to be trusted. `cores` is None where the OS does not
+    say (then nothing is known, and callers fall back on their own checks)."""
+
+    def __init__(self) -> None:
+        self.cores: float | None = None
+
+    def __enter__(self) -> "OtherWork":
+        self._busy, self._own, self._wall = _busy_jiffies(), _own_cpu_s(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        busy, wall = _busy_jiffies(), time.monotonic() - self._wall
+        if self._busy is None or busy is None or wall <= 0:
+            return
+        all_s = (busy - self._busy) / os.sysconf("SC_CLK_TCK")
+        self.cores = max(0.0, all_s - (_own_cpu_s() - self._own)) / wall
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.engine.atomic import read_json_object, write_json_object
+from app.engine.machine import OtherWork
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ _CONTEXT = 64
 _REPEATS = 3
 _MIN_STEP_S, _MAX_STEP_S = 1e-6, 600.0  # a cached step outside these is no measurement
 _MAX_POINT = 4096
+MAX_OTHER_CORES = 0.25  # other programs' CPU use, on average, past which a timing is not kept
 
 
 class StepCurve:
@@ -58,8 +60,18 @@ class StepCurve:
 
 def measure(weights, cancel: Callable[[], bool] | None = None) -> tuple[StepCurve, bool]:
     """Fewest seconds of each step size after a short context (about a second on a small model),
-    and whether the machine was steady while measuring (the one-token step's repeats within 1.5x
-    of each other: a busy machine's curve is used but not cached)."""
+    and whether the machine was quiet while measuring: other processes used under a quarter of a
+    core (/proc/stat), and the one-token step's repeats were within 1.5x of each other. A busy
+    machine's curve is used, but not cached: a browser at work would price every later run."""
+    with OtherWork() as others:
+        curve, steady = _measure(weights, cancel)
+    if others.cores is not None and others.cores > MAX_OTHER_CORES:
+        log.info("other programs used %.2f cores while llama.cpp's steps were measured", others.cores)
+        steady = False
+    return curve, steady
+
+
+def _measure(weights, cancel: Callable[[], bool] | None) -> tuple[StepCurve, bool]:
     kv = weights.context(_CONTEXT + max(POINTS) + 8)
     try:
         tokens = [(7 * i + 3) % max(weights.n_vocab - 1, 1) for i in range(_CONTEXT + max(POINTS))]
