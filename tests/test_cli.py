@@ -475,3 +475,16 @@ def test_bench_rows_counts_batch_rows_against_one_token_rows(specula, tiny_paths
     assert found, out
     same, total, argmax, total2 = map(int, found.groups())
     assert total == total2 and 6 <= total <= 27 and same <= argmax <= total
+
+
+def test_bench_busy_prints_a_row_per_thread_count(specula, tiny_paths):
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    code, out, err = specula("bench-busy", "-m", str(tiny_paths["llama-q8"]), "-n", "8", "-r", "1")
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith(("default", "-t "))]
+    assert rows and rows[0].startswith("default (") and any(r.startswith("-t 1 ") for r in rows), out
+    for row in rows:
+        quiet, busy, again = (float(v) for v in row.split()[-3:])
+        assert quiet > 0 and busy > 0 and again > 0

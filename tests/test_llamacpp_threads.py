@@ -4,8 +4,12 @@ polling level asked for; the steps it runs give the same logits as without one."
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import time
 
 import numpy as np
+import pytest
 
 from tests.llama_support import llama_loaded  # noqa: F401 - fixture
 
@@ -23,6 +27,60 @@ def test_a_context_runs_on_its_own_threadpool_and_frees_it(llama_loaded):  # noq
         kv = weights.context(64)
         assert kv._threads.pool is not None
         assert np.array_equal(kv.feed([1, 5, 9, 12, 3], 5), with_pool)  # polling never changes a result
+        kv.close()
+    finally:
+        weights.settings = original
+
+
+def _spin(stop, cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    while not stop.is_set():
+        pass
+
+
+def _decode_for(kv, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        kv.rewind(4)
+        kv.feed([7], 1)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: one to keep busy")
+def test_the_default_thread_count_steps_aside_for_a_busy_core_and_comes_back(llama_loaded):  # noqa: F811
+    """Issue 51 item 2: with llama.cpp's default thread count, a program spinning on a core takes
+    one thread off the context's steps (two threads beside it ran at 0.43x of one on Gemma), and
+    the thread comes back once the program stops. A count the user chose is kept."""
+    weights = llama_loaded("llama-q8").model
+    assert weights.settings.threads == 0  # the default a user gets
+    kv = weights.context(64)
+    try:
+        governor = kv.governor
+        assert governor is not None and governor.current == governor.n_max >= 2
+        kv.feed([1, 5, 9, 12], 1)
+        logits_all = kv.feed([7], 1).copy()
+        stop = multiprocessing.Event()
+        spinner = multiprocessing.Process(target=_spin, args=(stop, min(os.sched_getaffinity(0))), daemon=True)
+        spinner.start()
+        try:
+            _decode_for(kv, 3 * governor.WINDOW_S)
+            assert governor.current == governor.n_max - 1
+            kv.rewind(4)
+            assert np.array_equal(kv.feed([7], 1), logits_all)  # fewer threads, the same logits
+        finally:
+            stop.set()
+            spinner.join()
+        for _ in range(10):  # a quiet window brings the thread back
+            _decode_for(kv, governor.WINDOW_S)
+            if governor.current == governor.n_max:
+                break
+        assert governor.current == governor.n_max
+    finally:
+        kv.close()
+    chosen = dataclasses.replace(weights.settings, threads=2)
+    original, weights.settings = weights.settings, chosen
+    try:
+        kv = weights.context(64)
+        assert kv.governor is None
         kv.close()
     finally:
         weights.settings = original

@@ -64,7 +64,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_pre
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import (bench_args, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft, rpc_worker,
+    from app.cli import (bench_args, bench_busy, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft, rpc_worker,
                          run, serve)
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_args.register_gpu(sub)
     bench_args.register_ngram(sub)
     bench_rows.register(sub)
+    bench_busy.register(sub)
     compare.register(sub)
     hub.register(sub)
     sub.add_parser("gui", help="open the window (what `specula` alone does)").set_defaults(func=lambda args: open_window())

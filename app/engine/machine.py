@@ -58,23 +58,31 @@ def _busy_jiffies() -> int | None:
 
 
 class OtherWork:
-    """How much CPU other processes used while a block ran, in cores (0.5: half a core on
-    average): what a timing needs to know to be trusted. `cores` is None where the OS does not
-    say (then nothing is known, and callers fall back on their own checks)."""
+    """How much CPU other processes used between start and stop (or while a `with` block ran),
+    in cores (0.5: half a core on average): what a timing needs to know to be trusted. `cores`
+    is None where the OS does not say (then nothing is known, and callers fall back on their own
+    checks)."""
 
     def __init__(self) -> None:
         self.cores: float | None = None
+        self.started = 0.0
 
-    def __enter__(self) -> "OtherWork":
-        self._busy, self._own, self._wall = _busy_jiffies(), _own_cpu_s(), time.monotonic()
+    def start(self) -> "OtherWork":
+        self._busy, self._own, self.started = _busy_jiffies(), _own_cpu_s(), time.monotonic()
         return self
 
+    def stop(self) -> float | None:
+        busy, wall = _busy_jiffies(), time.monotonic() - self.started
+        if self._busy is not None and busy is not None and wall > 0:
+            all_s = (busy - self._busy) / os.sysconf("SC_CLK_TCK")
+            self.cores = max(0.0, all_s - (_own_cpu_s() - self._own)) / wall
+        return self.cores
+
+    def __enter__(self) -> "OtherWork":
+        return self.start()
+
     def __exit__(self, *exc) -> None:
-        busy, wall = _busy_jiffies(), time.monotonic() - self._wall
-        if self._busy is None or busy is None or wall <= 0:
-            return
-        all_s = (busy - self._busy) / os.sysconf("SC_CLK_TCK")
-        self.cores = max(0.0, all_s - (_own_cpu_s() - self._own)) / wall
+        self.stop()
 
 
 def _own_cpu_s() -> float:

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from app.engine.backends import llamacpp_lib
-from app.engine.backends.llamacpp_threads import DEFAULT_POLL, Threadpool
+from app.engine.backends.llamacpp_threads import DEFAULT_POLL, ThreadGovernor, Threadpool
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
 from app.engine.seam import common_prefix_length, first_argmax
 
@@ -149,6 +149,10 @@ class LlamaKV:
         # A threadpool that lives with the context, as llama.cpp's programs attach one.
         self._threads = Threadpool(llamacpp_lib._loaded_ggml(), lib._lib, settings.thread_count(), settings.poll)
         self._threads.attach(self.ctx)
+        # With the default thread count, fewer threads while other programs keep cores busy; a
+        # count the user chose (-t) is kept.
+        self.governor = ThreadGovernor(settings.thread_count(), self._set_threads) \
+            if settings.threads <= 0 and settings.thread_count() > 1 else None
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.n_batch = int(params.n_batch)
         self.memory = lib.llama_get_memory(self.ctx)
@@ -216,8 +220,13 @@ class LlamaKV:
 
     # --- below the seam -----------------------------------------------------------------------
 
+    def _set_threads(self, n_threads: int) -> None:
+        self.lib.llama_set_n_threads(self.ctx, n_threads, n_threads)
+
     def _decode(self, chunk: list[int], pos0: int, first_logit: int) -> None:
         """One llama_decode of `chunk` at positions pos0...; logits from index first_logit on."""
+        if self.governor is not None:
+            self.governor.before_step()
         batch = self._batch
         n = len(chunk)
         tokens = (ctypes.c_int32 * n)(*chunk)
