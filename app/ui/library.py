@@ -16,6 +16,8 @@ from typing import Iterable
 from app.engine.errors import SpeculaError
 from app.engine.gguf.info import GGUFInfo, format_bytes, read_gguf_info
 from app.hub.library import LocalModel, list_local_models
+from app.hub.display import display_name
+from app.hub.names import file_title
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +69,7 @@ def entry_for_file(path: Path, source: str, title: str | None = None) -> Library
         info = read_gguf_info(path)
     except SpeculaError as exc:
         return LibraryEntry(str(path), title or path.name, source, None, str(exc))
-    return LibraryEntry(str(path), title or file_title(path.name), source, info)
-
-
-def file_title(name: str) -> str:
-    """A file's model as the window names it: its file name (which usually states the model and
-    quantization) without ".gguf"; never the header's general.name, which is often cryptic
-    ("Smollm2 135M 8k Lc100K Mix1 Ep2") and the same for every quantization."""
-    return name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+    return LibraryEntry(str(path), title or display_name(path, info.file_type), source, info)
 
 
 def _entry(model: LocalModel) -> LibraryEntry:
