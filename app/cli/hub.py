@@ -258,6 +258,8 @@ def cmd_models(args: argparse.Namespace) -> int:
                  if m.info else "")
         state = f"UNUSABLE: {m.error}" if m.error else facts
         print(f"{m.source:<8} {format_bytes(m.size_bytes):>10}  {shown(m.name)}  [{state}]")
+        for copy in m.copies:  # the same file elsewhere: listed once, its place said
+            print(f"{'':<8} {'':>10}  also here: {shown(str(copy.path))} (the same file)")
     for p in pending:
         print(f"partial  {format_bytes(p.done):>10}  {p.repo_id}/{p.filename} "
               f"({100 * p.done / max(p.total, 1):.0f}%): `specula hub download {p.repo_id} {p.filename}` resumes it")
