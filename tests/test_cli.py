@@ -488,3 +488,24 @@ def test_bench_busy_prints_a_row_per_thread_count(specula, tiny_paths):
     for row in rows:
         quiet, busy, again = (float(v) for v in row.split()[-3:])
         assert quiet > 0 and busy > 0 and again > 0
+
+
+def test_inspect_names_the_model_as_the_window_does(specula, tiny_paths, demo_path, tmp_path):
+    """One name for a model everywhere (issue 52 item 8): `specula inspect` leads with the
+    library's name, not the header's general.name, which stays, labelled as the file's own."""
+    import shutil
+
+    demo_path("smollm2-135m")  # installed by the README's setup
+    code, out, _ = specula("inspect", "smollm2-135m")
+    assert code == 0
+    assert re.search(r"^model:\s+SmolLM2 135M Instruct \(Q4_1\)$", out, re.M), out
+    assert re.search(r"^general\.name:\s+Smollm2 135M 8k Lc100K Mix1 Ep2$", out, re.M), out
+    assert not re.search(r"^name:", out, re.M)
+
+    snapshot = tmp_path / "models--someone--Tiny-Llama-GGUF" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    cached = shutil.copy(tiny_paths["llama-q8"], snapshot / "tiny-llama.Q8_0.gguf")
+    code, out, _ = specula("inspect", str(cached), "--json")
+    assert code == 0 and json.loads(out)["model"] == "someone/Tiny-Llama-GGUF (Q8_0)"
+    code, out, _ = specula("inspect", str(tiny_paths["qwen2-f32"]))
+    assert re.search(r"^model:\s+qwen2-f32$", out, re.M), out

@@ -90,10 +90,11 @@ def test_a_copy_of_a_builtin_model_says_it_is_already_here(qtbot, panel, hub, fa
     from app.ui.library import scan_library
     from app.ui.library_panel import row_texts
 
-    [listed] = [m for m in list_local_models([smol_copy.parent]) if m.path == smol_copy]
-    assert listed.same_as == SMOL
-    [entry] = [e for e in scan_library([], [str(smol_copy.parent)]) if e.path == str(smol_copy)]
-    assert f"the same model as the built-in {SMOL}" in entry.facts() and row_texts(entry)[1] == "folder (= built-in)"
+    # Issue 52 item 5: the same file is one entry, the built-in's, which names the copy.
+    [listed] = [m for m in list_local_models([smol_copy.parent]) if smol_copy in [c.path for c in m.copies]]
+    assert (listed.name, listed.source) == (SMOL, "builtin")
+    [entry] = [e for e in scan_library([], [str(smol_copy.parent)]) if str(smol_copy) in e.copies]
+    assert entry.title == SMOL and row_texts(entry)[1] == "built-in"
 
     fake_hub.add_repo(REPO_SMOL, {smol_copy.name: smol_copy})
     try:

@@ -10,12 +10,13 @@ from app.ui.compare_view import CompareWindow
 from app.ui.library import FILE, entry_for_file
 from app.worker.requests import MODEL
 from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
-from tests.test_gui_same_weights import copy  # noqa: F401 (a fixture)
 
 
-def test_long_names_can_be_read_whole(qtbot, data_dir, tiny_paths, copy):
+def test_long_names_can_be_read_whole(qtbot, data_dir, tiny_paths):
     window = open_window(qtbot)
     main = tiny_paths["llama-f32"]
+    # The same weights in another file (no chat template): a byte copy would be listed once (item 5).
+    copy = tiny_paths["llama-notemplate"]
     add_models(qtbot, window, [main, copy, tiny_paths["llama-b"]])
     picker = window.picker
     assert picker.select_main(str(main)) and picker.select_draft(MODEL, str(copy))

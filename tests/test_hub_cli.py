@@ -142,3 +142,19 @@ def test_login_reads_the_token_from_stdin_and_stores_it_like_the_hf_cli(hub):
     assert (hub.home / "token").read_text() == GOOD_TOKEN
     got = run(["hub", "download", REPO_GATED, "Tiny-Llama-Gated-Q8_0.gguf"], env)  # now allowed
     assert got.returncode == 0, got.stderr
+
+
+def test_models_lists_one_file_once_with_where_else_it_is(tiny_paths, tmp_path):
+    """The same file in two folders is one model, its other place said below it (issue 52 item 5)."""
+    import os
+
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        folder.mkdir()
+        (folder / "tiny-Q8_0.gguf").write_bytes(tiny_paths["llama-q8"].read_bytes())
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    listed = run(["models", "--no-builtin", "--dir", str(folders[0]), "--dir", str(folders[1])], env)
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("folder") and "tiny-Q8_0.gguf" in lines[0], lines
+    assert lines[1].strip() == f"also here: {folders[1] / 'tiny-Q8_0.gguf'} (the same file)"

@@ -100,3 +100,73 @@ def test_delete_through_a_linked_cache_folder_touches_nothing_outside(tmp_path, 
     assert "\n" not in str(exc.value)
     assert (outside / "m.gguf").read_bytes() == b"precious"
     assert (outside / "c0ffee" / "m.gguf").read_bytes() == b"precious"
+
+
+def test_the_same_file_twice_is_one_entry_and_another_header_is_not(tiny_paths, tmp_path):
+    """One entry per file (issue 52 item 5): the same bytes in two folders are listed once, the
+    first folder's keeping the entry and naming the other as its copy; a file with the same
+    weights but another header (a newer chat template) is another file."""
+    from tests.tiny_gguf import TinySpec, write_tiny_gguf
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "tiny-Q8_0.gguf").write_bytes(tiny_paths["llama-q8"].read_bytes())
+    write_tiny_gguf(second / "no-template.gguf", TinySpec(arch="llama", qtype="F32", seed=0, chat_template=None))
+    (second / "with-template.gguf").write_bytes(tiny_paths["llama-f32"].read_bytes())
+
+    models = list_local_models([first, second], include_builtin=False)
+    assert sorted(m.name for m in models) == ["no-template.gguf", "tiny-Q8_0.gguf", "with-template.gguf"]
+    [tiny] = [m for m in models if m.name == "tiny-Q8_0.gguf"]
+    assert tiny.path == first / "tiny-Q8_0.gguf"
+    assert [c.path for c in tiny.copies] == [second / "tiny-Q8_0.gguf"]
+    assert tiny.to_dict()["copies"] == [str(second / "tiny-Q8_0.gguf")]
+    assert delete_local_model(tiny) == 2 * tiny.size_bytes  # the model and its copy: the space comes back
+    assert not (first / "tiny-Q8_0.gguf").exists() and not (second / "tiny-Q8_0.gguf").exists()
+
+
+@pytest.mark.demo
+def test_a_download_of_a_built_in_model_is_the_built_in_entry_and_deleting_spares_it(demo_path, tmp_path):
+    """A downloaded copy of the built-in SmolLM2 is not a second model: the built-in entry keeps
+    it (its file belongs to its package, and `-m smollm2-135m` loads it), and deleting the entry
+    deletes the copy only."""
+    import shutil
+
+    builtin_file = demo_path("smollm2-135m")
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    copy = Path(shutil.copy(builtin_file, folder / "SmolLM2-135M-Instruct-Q4_1.gguf"))
+    models = list_local_models([folder])
+    smollm = [m for m in models if m.info is not None and m.info.vocab_size == 49152]
+    assert [(m.name, m.source) for m in smollm] == [("SmolLM2 135M Instruct (Q4_1)", "builtin")]
+    assert [c.path for c in smollm[0].copies] == [copy]
+    size = builtin_file.stat().st_size
+    assert delete_local_model(smollm[0]) == size
+    assert not copy.exists() and builtin_file.stat().st_size == size
+    with pytest.raises(HubError, match="built-in model"):
+        delete_local_model(list_local_models([folder])[0])
+
+
+def test_one_file_of_a_repository_in_two_revisions_is_one_entry(tiny_paths, tmp_path, monkeypatch):
+    """The same repo and file downloaded at two commits (the repo updated its file): one entry,
+    the newest revision's, with the older as its copy; not two rows of one name."""
+    import os
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    repo = tmp_path / "hf" / "models--someone--tiny-GGUF"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    commits = {"old": ("1" * 40, "llama-q8"), "new": ("2" * 40, "llama-f32")}
+    for when, (commit, source) in enumerate(commits.values()):
+        blob = repo / "blobs" / f"blob{when}"
+        blob.write_bytes(tiny_paths[source].read_bytes())
+        os.utime(blob, (1_000_000 * (when + 1),) * 2)
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "tiny.gguf").symlink_to(Path(f"../../blobs/blob{when}"))
+    (repo / "refs" / "main").write_text(commits["new"][0])
+
+    [model] = list_local_models(include_builtin=False)
+    assert model.repo_id == "someone/tiny-GGUF" and model.info.file_type == "F32"  # the newest
+    assert [c.info.file_type for c in model.copies] == ["Q8_0"]

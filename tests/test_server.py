@@ -370,3 +370,28 @@ def test_chat_without_template_uses_fallback_frame_and_stop(tiny_loaded):
     assert settings.stop_strings == ("END", "\nUser:")
     assert settings.max_new_tokens == served.n_ctx - len(ids)  # no max_tokens: up to the context
     assert settings.sampling.temperature == 0.8  # the server's default
+
+
+def test_models_list_names_the_model_as_the_library_does(tiny_paths, tmp_path):
+    """One name for a model everywhere (issue 52 item 8): /v1/models keeps the id clients send
+    (the file's stem, or --alias, or the built-in key) and adds the library's name under "name",
+    the field chat front ends show, with llama-server's "aliases"; each of them finds the model."""
+    import shutil
+
+    from app.engine.loader import load_model
+
+    snapshot = tmp_path / "models--someone--Tiny-Llama-GGUF" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    cached = shutil.copy(tiny_paths["llama-q8"], snapshot / "tiny-llama.Q8_0.gguf")
+    served = ServedModel.create(load_model(cached, device="cpu", dtype="float32"), None, DEFAULTS)
+    with BackgroundServer(create_app(served, ServerConfig()), bind_socket("127.0.0.1", 0)) as running:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key="not-needed", max_retries=0, timeout=60)
+        [model] = client.models.list().data
+        assert model.id == "tiny-llama.Q8_0"  # as before: what a client set up earlier sends
+        assert model.model_extra["name"] == "someone/Tiny-Llama-GGUF (Q8_0)"
+        assert "someone/Tiny-Llama-GGUF (Q8_0)" in model.model_extra["aliases"]
+        for name in (model.id, model.model_extra["name"], "tiny-llama.Q8_0.gguf"):
+            assert client.models.retrieve(name).id == model.id
+        reply = client.chat.completions.create(model=model.id, messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=2)
+        assert reply.model == model.id

@@ -40,6 +40,7 @@ from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
 from app.cli import backend_kwargs
 from app.hub.builtin import resolve_model_arg
+from app.hub.display import display_name
 
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
 _LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-cache+ngram-mod")
@@ -97,7 +98,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         drafters[name], factories[name] = drafters.pop(_USERS), factories.pop(_USERS)
     model_part = getattr(users, "fallback", None) or users
     draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
-    print(f"# {main.name} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
+    print(f"# {display_name(main.path, main.info.file_type)} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), {engine_facts(main)}"
           + (f"; each row the median of {args.repeat} runs, its speedups the median of the rounds' ratios"
              if args.repeat > 1 else ""))

@@ -18,6 +18,7 @@ from app.compare.prompts import BUILTIN_PROMPTS
 from app.engine.drafting.pair import LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NONE, make_drafter, open_cache
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
+from app.hub.display import display_name
 
 MEASURED = ("chat", "summarise")
 WARM_QUESTIONS = (
@@ -36,7 +37,7 @@ def cmd_bench_ngram(args: argparse.Namespace) -> int:
     started = time.monotonic()
     for text in warm[: args.history]:
         _run(main, make_drafter(main, NGRAM_CACHE, cache=cache), text, settings)  # learns at the end
-    print(f"# {main.name} on {main.plan.describe()}; greedy, n={args.n_predict}; {engine_facts(main)}; history: "
+    print(f"# {display_name(main.path, main.info.file_type)} on {main.plan.describe()}; greedy, n={args.n_predict}; {engine_facts(main)}; history: "
           f"{min(args.history, len(warm))} exchanges, {len(cache):,} n-grams, {time.monotonic() - started:.0f} s")
     print(f"{'prompt':<10} {'config':<20} {'tokens':>6} {'drafted':>7} {'accept':>6} {'rate':>7} "
           f"{'tok/s':>7} {'speedup':>8}  identical")

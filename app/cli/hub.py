@@ -131,6 +131,7 @@ def _local_info(value: str):
 def cmd_info(args: argparse.Namespace) -> int:
     from app.engine.drafting.compat import check_draft
     from app.engine.gguf.info import format_info
+    from app.hub.names import model_title
     from app.hub.search import fetch_remote_header, fits_this_machine
 
     header = fetch_remote_header(args.repo, args.file)
@@ -140,7 +141,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     read = (f"read {format_bytes(header.bytes_transferred)} of {format_bytes(header.file.size)} "
             f"in {header.requests} range request{'s' if header.requests > 1 else ''}")
     if args.json:
-        data = {"repo_id": args.repo, "filename": args.file, "file_size": header.file.size,
+        data = {"model": model_title(args.repo, args.file, info.file_type), "repo_id": args.repo, "filename": args.file, "file_size": header.file.size,
                 "sha256": header.file.sha256, "bytes_transferred": header.bytes_transferred,
                 "requests": header.requests, "info": info.to_dict(fit.dtype), "fit": fit.to_dict()}
         if compat is not None:
@@ -148,9 +149,9 @@ def cmd_info(args: argparse.Namespace) -> int:
                                       "rule": compat.token.rule, "reason": compat.reason or compat.token.reason}
         _print_json(data)
         return 0
-    facts = format_info(info, fit.dtype)
+    facts = format_info(info, fit.dtype, model_title(args.repo, args.file, info.file_type))
     first = facts.splitlines()[0]
-    width = len(first) - len(first[len("file:"):].lstrip()) - 1  # format_info's label column
+    width = len(first) - len(first.split(":", 1)[1].lstrip()) - 1  # format_info's label column
     print("\n".join(shown(line) for line in facts.splitlines()))  # header strings are remote text
     print(f"{'this machine:':<{width}} {fit.reason}")
     if compat is not None:
@@ -257,6 +258,8 @@ def cmd_models(args: argparse.Namespace) -> int:
                  if m.info else "")
         state = f"UNUSABLE: {m.error}" if m.error else facts
         print(f"{m.source:<8} {format_bytes(m.size_bytes):>10}  {shown(m.name)}  [{state}]")
+        for copy in m.copies:  # the same file elsewhere: listed once, its place said
+            print(f"{'':<8} {'':>10}  also here: {shown(str(copy.path))} (the same file)")
     for p in pending:
         print(f"partial  {format_bytes(p.done):>10}  {p.repo_id}/{p.filename} "
               f"({100 * p.done / max(p.total, 1):.0f}%): `specula hub download {p.repo_id} {p.filename}` resumes it")

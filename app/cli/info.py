@@ -9,6 +9,7 @@ import sys
 from app.engine.drafting.compat import check_draft
 from app.engine.gguf.info import format_info, read_gguf_info
 from app.hub.builtin import resolve_model_arg
+from app.hub.display import display_name
 
 
 def register(sub) -> None:
@@ -28,10 +29,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Header facts and memory needs: a header read, nothing loaded or measured (llama.cpp runs
     the file's own types)."""
     info = read_gguf_info(resolve_model_arg(args.file))
+    title = display_name(info.path, info.file_type)  # the window's name for it
     if args.json:
-        print(json.dumps(info.to_dict(args.dtype), ensure_ascii=False, indent=2))
+        print(json.dumps({"model": title, **info.to_dict(args.dtype)}, ensure_ascii=False, indent=2))
     else:
-        print(format_info(info, args.dtype))
+        print(format_info(info, args.dtype, title))
     return 0
 
 

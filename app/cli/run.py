@@ -13,6 +13,7 @@ from app.cli.run_server import (LLAMA_SERVER, add_engine_flag, add_rpc_flag, add
                                 reply_on_server)
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
+from app.hub.display import display_name
 
 # The engine (torch, transformers) is imported inside the commands that run a model, so that
 # `specula --help`, `inspect` and `check-pair` start in a fraction of a second.
@@ -213,7 +214,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from app.engine.loop.speculative import DecodeSettings, generate
 
     main = load_model(resolve_model_arg(args.model))
-    print(f"# {main.name} on {main.plan.describe()}, prompt lookup drafting, greedy", file=sys.stderr)
+    print(f"# {display_name(main.path, main.info.file_type)} on {main.plan.describe()}, prompt lookup drafting, greedy", file=sys.stderr)
     print(f"> {args.prompt}\n", file=sys.stderr)
     settings = DecodeSettings(max_new_tokens=args.n_predict, sampling=SamplingParams(temperature=0.0))
     ids = render_prompt(main.tokenizer, [{"role": "user", "content": args.prompt}])

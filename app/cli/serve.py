@@ -107,7 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         def ready(url: str) -> None:
             key = "API key required" if api_key else "no API key"
-            print(f"specula: serving {served.model_id} (drafter: {served.drafter_name}, context "
+            named = f" ({served.title})" if served.title not in ("", served.model_id) else ""
+            print(f"specula: serving {served.model_id}{named} (drafter: {served.drafter_name}, context "
                   f"{served.n_ctx}, {key}) at {url}/v1; Ctrl-C stops", file=sys.stderr, flush=True)
 
         server = ManagedServer(app, sock, verbose=getattr(args, "verbose", False), on_ready=ready)

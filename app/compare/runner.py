@@ -37,6 +37,7 @@ from app.engine.loader import LoadedModel, load_model
 from app.engine.drafting.pair import check_pair, load_draft, make_drafter, open_cache
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate
+from app.hub.display import display_name
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Runner:
         self._check_drafts()
         main = self.main or self._load_main()
         self.run_state = CompareRun(
-            main=MainFacts(main.name, str(main.path), main.plan.describe(), main.plan.dtype_name, main.load_s),
+            main=MainFacts(display_name(main.path, main.info.file_type), str(main.path), main.plan.describe(), main.plan.dtype_name, main.load_s),
             settings=self.request.settings, configs=tuple(self.configs), prompts=tuple(self.request.prompts),
             machine=_machine(main),
         )

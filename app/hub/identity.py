@@ -13,6 +13,7 @@ as the main model, so it can never pay.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -63,3 +64,31 @@ def _samples(path: Path, info: GGUFInfo) -> list[bytes]:
             f.seek(info.data_offset + i * step)
             out.append(f.read(SAMPLE_BYTES))
     return out
+
+
+def same_file(a: GGUFInfo, b: GGUFInfo) -> bool:
+    """The same file in two places (a download of a built-in model, a copy in a folder): the same
+    size, the same header byte for byte (metadata, vocabulary, chat template, tensor table) and
+    the same weights (same_weights' samples of the data). Hashing the header, never the
+    gigabytes after it, keeps this cheap; it is asked only of files of one size. Two files with
+    the same weights but another header (a newer chat template) are not the same file."""
+    if not a.file_size or a.file_size != b.file_size or a.data_offset != b.data_offset:
+        return False
+    try:
+        return _header_digest(Path(a.path), a.data_offset) == _header_digest(Path(b.path), b.data_offset) \
+            and same_weights(a, b)
+    except OSError as exc:  # one of them is not readable here: not provably the same file
+        log.debug("same_file: %s", exc)
+        return False
+
+
+def _header_digest(path: Path, n_bytes: int) -> bytes:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while n_bytes > 0:
+            chunk = f.read(min(n_bytes, 1 << 20))
+            if not chunk:
+                break
+            digest.update(chunk)
+            n_bytes -= len(chunk)
+    return digest.digest()

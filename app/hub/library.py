@@ -24,7 +24,7 @@ from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.hub import builtin
 from app.hub.disk import hub_cache_dir
 from app.hub.errors import HubError
-from app.hub.identity import same_weights
+from app.hub.identity import same_file, same_weights
 from app.hub.names import is_model_file, model_title, split_name
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,9 @@ class LocalModel:
     info: GGUFInfo | None = field(repr=False)  # header facts; None when unreadable
     error: str | None  # why it is unusable, else None
     parts: tuple[Path, ...] = field(default=())  # every file of the model (split parts)
-    same_as: str | None = None  # the built-in model with these very weights (a downloaded copy)
+    same_as: str | None = None  # the built-in model with these very weights (another file of them)
+    repo_file: str | None = None  # the file's path in its repository (HF cache), e.g. "Q4/m-Q4_0.gguf"
+    copies: tuple[LocalModel, ...] = field(default=(), repr=False)  # the same file elsewhere: one entry
 
     @property
     def usable(self) -> bool:
@@ -61,6 +63,7 @@ class LocalModel:
             "vocab_size": info.vocab_size if info else None,
             "has_chat_template": info.has_chat_template if info else None,
             "same_as": self.same_as,
+            "copies": [str(c.path) for c in self.copies],
         }
 
 
@@ -149,9 +152,9 @@ def cache_models() -> list[LocalModel]:
                 seen_blobs.update(by_path[p].blob_path for p in parts)
                 model = _model(parts, "hf-cache", f"{repo.repo_id}/{rel}", repo.repo_id,
                                [by_path[p].size_on_disk for p in parts])
-                models.append(replace(model, name=model_title(repo.repo_id, rel,
-                                                              model.info.file_type if model.info else None)))
-    return _unique_names(models)
+                models.append(replace(model, repo_file=rel, name=model_title(
+                    repo.repo_id, rel, model.info.file_type if model.info else None)))
+    return _unique_names(one_entry_per_file(models))
 
 
 def _unique_names(models: list[LocalModel]) -> list[LocalModel]:
@@ -193,7 +196,32 @@ def list_local_models(extra_folders: Sequence[Path] = (), include_builtin: bool 
         if real not in seen:
             seen.add(real)
             out.append(model)
-    return _mark_builtin_copies(out)
+    return _mark_builtin_copies(one_entry_per_file(out))
+
+
+def one_entry_per_file(models: Sequence[LocalModel]) -> list[LocalModel]:
+    """The same file found twice is one entry: a download of a built-in model, a folder holding
+    a copy of a cached file, one file of a repository in two revisions. The first found keeps
+    the entry and lists the others as its copies; callers list built-ins first (a built-in's
+    file belongs to its package, is what `-m smollm2-135m` and the demo load, and cannot be
+    deleted here), then the cache's newest revision, then the folders."""
+    kept: list[LocalModel] = []
+    for model in models:
+        at = next((i for i, k in enumerate(kept) if _same_file(k, model)), None)
+        if at is None:
+            kept.append(model)
+        else:
+            keeper = kept[at]
+            kept[at] = replace(keeper, copies=keeper.copies + (replace(model, copies=()),) + model.copies)
+    return kept
+
+
+def _same_file(a: LocalModel, b: LocalModel) -> bool:
+    if not (a.usable and b.usable):
+        return False
+    if a.repo_id and a.repo_id == b.repo_id and a.repo_file == b.repo_file:
+        return True  # one repository's file, in two revisions
+    return a.size_bytes == b.size_bytes and same_file(a.info, b.info)
 
 
 def _mark_builtin_copies(models: list[LocalModel]) -> list[LocalModel]:
@@ -208,15 +236,29 @@ def _mark_builtin_copies(models: list[LocalModel]) -> list[LocalModel]:
 
 
 def delete_local_model(model: LocalModel) -> int:
-    """Delete a model's files and return the bytes freed. The UI asks the user first.
-    Built-in models are refused; in the HF cache a blob is kept while another revision uses it."""
-    if model.source == "builtin":
+    """Delete a model's files and every copy of them (one_entry_per_file) and return the bytes
+    freed. The UI asks the user first. A built-in model's own file is never deleted: with copies
+    only the copies go, without any it is refused. In the HF cache a blob is kept while another
+    revision uses it."""
+    targets = ([] if model.source == "builtin" else [replace(model, copies=())]) + list(model.copies)
+    if not targets:
         raise HubError(f"{model.name} is a built-in model and cannot be deleted "
                        f"(uninstall its package instead)")
-    parts = model.parts or (model.path,)
-    if model.source == "hf-cache":
-        for part in parts:  # all first: a model half deleted and then refused helps nobody
+    for target in targets:  # all first: a model half deleted and then refused helps nobody
+        _refuse_to_delete(target)
+    return sum(_delete_files(target) for target in targets)
+
+
+def _refuse_to_delete(model: LocalModel) -> None:
+    for part in model.parts or (model.path,):
+        if model.source == "builtin" or builtin.title_of_path(part) is not None:
+            raise HubError(f"not deleting {part}: it is a built-in model's file")  # e.g. a folder holding it
+        if model.source == "hf-cache":
             _refuse_outside_cache(part)
+
+
+def _delete_files(model: LocalModel) -> int:
+    parts = model.parts or (model.path,)
     freed = 0
     try:
         for part in parts:

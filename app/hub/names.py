@@ -108,3 +108,11 @@ def model_title(repo_id: str, path: str, file_type: str | None = None) -> str:
     quant = quant_label(path) or file_type
     return f"{repo_id} ({quant})" if quant else f"{repo_id} ({path.rsplit('/', 1)[-1]})"
 
+
+
+def file_title(name: str) -> str:
+    """A file's model as Specula names it where no repository or built-in title is known: its
+    file name (which usually states the model and quantization) without ".gguf"; never the
+    header's general.name, which is often cryptic ("Smollm2 135M 8k Lc100K Mix1 Ep2") and the
+    same for every quantization."""
+    return name[: -len(".gguf")] if name.lower().endswith(".gguf") else name

@@ -22,6 +22,7 @@ from app.engine.loop.events import GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
 from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
+from app.hub.display import display_name
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 
@@ -45,6 +46,7 @@ class ServedModel:
     defaults: DecodeSettings  # sampling and drafting from the command line; max_new_tokens unused
     default_max_tokens: int | None = None  # when a request sets none; None: up to the context
     names: frozenset[str] = frozenset()  # the names GET /v1/models/{id} knows it by (requests take any)
+    title: str = ""  # the model's name as the window and `specula inspect` show it (hub.display_name)
     _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -58,12 +60,14 @@ class ServedModel:
         names: Sequence[str] = (),
         default_max_tokens: int | None = None,
     ) -> ServedModel:
-        model_id = model_id or loaded.path.stem
-        accepted = {model_id, loaded.path.stem, loaded.path.name, *names}
+        model_id = model_id or loaded.path.stem  # what clients send: kept as it was, names are added
+        title = display_name(loaded.path, loaded.info.file_type)
+        accepted = {model_id, loaded.path.stem, loaded.path.name, title, *names}
         return cls(
             loaded=loaded, model_id=model_id, kv=loaded.kv_model(n_ctx),
             new_drafter=drafter_factory(drafter), drafter_name=(drafter or NoDrafter()).name,
             defaults=defaults, default_max_tokens=default_max_tokens, names=frozenset(accepted),
+            title=title,
         )
 
     @property
@@ -81,9 +85,12 @@ class ServedModel:
                            "model_not_found", param="model")
 
     def describe(self, created: int) -> dict[str, Any]:
+        """OpenAI's model object, plus what llama-server adds (aliases, meta) and the display name
+        under "name", the field chat front ends (Open WebUI, LibreChat) show in place of the id."""
         info = self.loaded.info
         return {
             "id": self.model_id, "object": "model", "created": created, "owned_by": "specula",
+            "name": self.title or self.model_id, "aliases": sorted(self.names - {self.model_id}),
             "meta": {"n_ctx": self.n_ctx, "n_ctx_train": info.context_length, "n_vocab": self.kv.vocab_size,
                      "architecture": info.architecture, "drafter": self.drafter_name,
                      "file": self.loaded.path.name},

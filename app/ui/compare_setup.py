@@ -24,7 +24,7 @@ from app.compare.results import (DEFAULT_DRAFT_MAX, LOOKUP, MODEL, NONE, Compare
 from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
-from app.ui.library import LibraryEntry
+from app.ui.library import LibraryEntry, entry_path
 from app.ui.style import small_muted_label
 
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item
@@ -171,6 +171,7 @@ class CompareSetup(QWidget):
             self._fill_drafts()
 
     def select_main(self, path: str | None) -> bool:
+        path = entry_path(self._entries, path)  # a copy of a listed file selects its entry
         index = self.main_combo.findData(path) if path else -1
         if index < 0:
             return False

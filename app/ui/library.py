@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
 from app.engine.errors import SpeculaError
 from app.engine.gguf.info import GGUFInfo, format_bytes, read_gguf_info
 from app.hub.library import LocalModel, list_local_models
+from app.hub.display import display_name
+from app.hub.identity import same_file
+from app.hub.names import file_title
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,7 @@ class LibraryEntry:
     info: GGUFInfo | None = None
     error: str | None = None  # why it cannot be used (not a GGUF, truncated, not installed)
     same_as: str | None = None  # the built-in model this file is a copy of (the same weights)
+    copies: tuple[str, ...] = ()  # the same file elsewhere (a download of a built-in): listed once, here
 
     @property
     def usable(self) -> bool:
@@ -67,14 +71,7 @@ def entry_for_file(path: Path, source: str, title: str | None = None) -> Library
         info = read_gguf_info(path)
     except SpeculaError as exc:
         return LibraryEntry(str(path), title or path.name, source, None, str(exc))
-    return LibraryEntry(str(path), title or file_title(path.name), source, info)
-
-
-def file_title(name: str) -> str:
-    """A file's model as the window names it: its file name (which usually states the model and
-    quantization) without ".gguf"; never the header's general.name, which is often cryptic
-    ("Smollm2 135M 8k Lc100K Mix1 Ep2") and the same for every quantization."""
-    return name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+    return LibraryEntry(str(path), title or display_name(path, info.file_type), source, info)
 
 
 def _entry(model: LocalModel) -> LibraryEntry:
@@ -82,7 +79,8 @@ def _entry(model: LocalModel) -> LibraryEntry:
     if model.source == FOLDER:  # the path inside the folder: files of two subfolders stay apart
         title = file_title(model.name)
     return LibraryEntry(str(model.path), title, model.source, model.info if model.usable else None,
-                        None if model.usable else model.error or "unreadable", model.same_as)
+                        None if model.usable else model.error or "unreadable", model.same_as,
+                        tuple(str(c.path) for c in model.copies))
 
 
 def scan_library(files: Iterable[str], folders: Iterable[str], builtins: bool = True) -> list[LibraryEntry]:
@@ -91,15 +89,31 @@ def scan_library(files: Iterable[str], folders: Iterable[str], builtins: bool = 
     folders = list(folders)
     entries = [_entry(m) for m in list_local_models([Path(f) for f in folders if Path(f).is_dir()],
                                                     include_builtin=builtins)]
-    seen = {_key(e.path) for e in entries}
+    seen = {_key(p) for e in entries for p in (e.path, *e.copies)}
     for name in folders:
         if not Path(name).is_dir():
             entries.append(LibraryEntry(name, Path(name).name or name, FOLDER, None, f"{name}: folder not found"))
     for name in files:
         if _key(name) not in seen:
             seen.add(_key(name))
-            entries.append(entry_for_file(Path(name), FILE))
+            _add_file(entries, entry_for_file(Path(name), FILE))
     return entries
+
+
+def _add_file(entries: list[LibraryEntry], added: LibraryEntry) -> None:
+    """A file the user added that is a copy of a listed one joins that entry (one_entry_per_file)."""
+    at = next((i for i, e in enumerate(entries) if added.info is not None and e.info is not None
+               and same_file(e.info, added.info)), None)
+    if at is None:
+        entries.append(added)
+    else:
+        entries[at] = replace(entries[at], copies=entries[at].copies + (added.path,))
+
+
+def entry_path(entries: Iterable[LibraryEntry], path: str | None) -> str | None:
+    """The path of the entry that lists `path`, as itself or as a copy (a pair saved with a
+    downloaded copy of a built-in model selects the built-in's entry)."""
+    return next((e.path for e in entries if path and path in e.copies), path)
 
 
 def _key(path: str) -> str:

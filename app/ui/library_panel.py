@@ -47,6 +47,11 @@ def row_texts(entry: LibraryEntry) -> list[str]:
     return [entry.title, source, info.architecture, count_text(info.n_params), info.file_type or "?"]
 
 
+def copies_text(entry: LibraryEntry) -> str:
+    """Where else this very file is (a download of a built-in model), one line each."""
+    return "".join(f"\nalso here: {path} (the same file, listed once)" for path in entry.copies)
+
+
 def settings_list(settings: QSettings, key: str) -> list[str]:
     """A list from the INI file (where a one-item list reads back as a plain string)."""
     value = settings.value(key, [])
@@ -136,8 +141,10 @@ class LibraryPanel(QWidget):
         if item is None:
             return
         path = item.data(0, PATH_ROLE)
-        files = [f for f in self.files() if f != path]
-        folders = [f for f in self.folders() if not Path(path).is_relative_to(f)]
+        entry = self._entry(path)
+        paths = [path, *(entry.copies if entry is not None else ())]  # a copy added by hand goes too
+        files = [f for f in self.files() if f not in paths]
+        folders = [f for f in self.folders() if not any(Path(p).is_relative_to(f) for p in paths)]
         if files == self.files() and folders == self.folders():
             self.message.emit("only files and folders you added can be removed from the list")
             return
@@ -201,7 +208,7 @@ class LibraryPanel(QWidget):
         for entry in entries:
             item = QTreeWidgetItem(row_texts(entry))
             item.setData(0, PATH_ROLE, entry.path)
-            tip = f"{entry.title}\n{entry.path or 'built-in'}\n{entry.facts()}"
+            tip = f"{entry.title}\n{entry.path or 'built-in'}{copies_text(entry)}\n{entry.facts()}"
             for column in range(len(COLUMNS)):
                 item.setToolTip(column, tip)
                 if not entry.usable:
@@ -215,7 +222,9 @@ class LibraryPanel(QWidget):
             return
         where = {BUILTIN: "built-in demo model", CACHE: f"Hugging Face cache: {entry.path}"}.get(entry.source, entry.path)
         if entry.usable:
-            self.details.setText(f"<b>{html.escape(entry.title)}</b> · {html.escape(where)}<br>{html.escape(entry.facts())}")
+            copies = html.escape(copies_text(entry)).replace("\n", "<br>")
+            self.details.setText(f"<b>{html.escape(entry.title)}</b> · {html.escape(where)}{copies}<br>"
+                                 f"{html.escape(entry.facts())}")
         else:
             self.details.setText(f"<b>{html.escape(entry.title)}</b> · {html.escape(where)}<br>"
                                  f"<span style='color:#b91c1c'>{html.escape(entry.error or 'unusable')}</span>")

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.drafting.compat import DraftCheck, check_draft
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
-from app.ui.library import LibraryEntry
+from app.ui.library import LibraryEntry, entry_path
 from app.ui.offload import OffloadControl
 from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
@@ -184,6 +184,7 @@ class PairPicker(QWidget):
         return self.draft_combo.currentData(KIND_ROLE) or NONE, self.draft_combo.currentData(PATH_ROLE)
 
     def select_main(self, path: str) -> bool:
+        path = entry_path(self._entries, path)  # a copy of a listed file selects its entry
         for row in range(self.main_combo.count()):
             item = self.main_combo.model().item(row)
             if item.data(PATH_ROLE) == path and item.isEnabled():
@@ -192,6 +193,7 @@ class PairPicker(QWidget):
         return False
 
     def select_draft(self, kind: str, path: str | None = None) -> bool:
+        path = entry_path(self._entries, path)
         for row in range(self.draft_combo.count()):
             item = self.draft_combo.model().item(row)
             if item.data(KIND_ROLE) == kind and (kind != MODEL or item.data(PATH_ROLE) == path):

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from app.hub.display import display_name
 from app.worker.requests import MODEL, GenSettings, PairSpec
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
     memory = main_weights["bytes"] + (draft_weights["bytes"] if draft_weights is not None else 0)
     load_s = main.load_s + (draft.load_s if draft is not None else 0.0)
     return {
-        "main_name": main.name,
+        "main_name": display_name(main.path, main.info.file_type),
         "main_path": str(main.path),
         "main_plan": main.plan.describe(),
         "main_plan_reason": main.plan_reason,

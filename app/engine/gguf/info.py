@@ -811,8 +811,9 @@ def _fmt_count(n: int) -> str:
     return str(n)
 
 
-def format_info(info: GGUFInfo, dtype: str = "bfloat16") -> str:
-    """Human-readable multi-line summary for `specula inspect`."""
+def format_info(info: GGUFInfo, dtype: str = "bfloat16", title: str | None = None) -> str:
+    """Human-readable multi-line summary for `specula inspect`. `title`: the model's name as the
+    library shows it (the hub's display_name); the header's own general.name is labelled as such."""
     def yn(v: bool | None) -> str:
         return "unset" if v is None else "yes" if v else "no"
 
@@ -820,9 +821,10 @@ def format_info(info: GGUFInfo, dtype: str = "bfloat16") -> str:
     kv = info.kv_bytes_per_token(dtype)
     types = ", ".join(f"{t}×{n}" for t, n in info.tensor_types.items())
     rows = [
+        *([("model", title)] if title else []),
         ("file", f"{info.path.name} ({format_bytes(info.file_size)}, GGUF v{info.version})"),
         ("architecture", info.architecture),
-        ("name", info.name or "-"),
+        ("general.name", info.name or "-"),
         ("size label", info.size_label or "-"),
         ("parameters", f"{_fmt_count(info.n_params)} ({info.n_params:,})"),
         ("file type", info.file_type or "-"),
