@@ -267,9 +267,9 @@ def test_gpu_layers_on_a_cpu_only_llama_cpp_run_on_the_cpu(tiny_paths, caplog):
     from tests.llama_support import require_llama_cpp
 
     require_llama_cpp()
-    from app.engine.backends.choose import llama_cpp_has_gpu
+    from app.engine.backends.llamacpp_lib import has_gpu
 
-    if llama_cpp_has_gpu():
+    if has_gpu():
         pytest.skip("this llama.cpp build has a GPU backend")
     loaded = load_model(tiny_paths["llama-q8"], n_gpu_layers=5, backend="llama.cpp")
     assert loaded.plan.n_gpu_layers == 0 and loaded.plan.describe().startswith("llama.cpp on CPU")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.backends import llamacpp_lib
+from app.engine.backends import llamacpp_probe
 from tests.llama_support import require_llama_cpp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def _python(code: str, cache: Path, limit_as: int | None = None) -> subprocess.C
                           timeout=300)
 
 
-PROBE = ("from app.engine.backends import llamacpp_lib as l\n"
+PROBE = ("from app.engine.backends import llamacpp_probe as l\n"
          "{setup}\nok, why = l.probe()\nprint(repr((ok, why)))")
 
 
@@ -72,15 +72,15 @@ def test_doctor_runs_the_self_test_again_whatever_is_cached(tmp_path):
     assert _verdicts(tmp_path)[key]["ok"] is True
 
 
-@pytest.mark.parametrize("sig, kind", [("SIGILL", llamacpp_lib.CPU_VERDICT), ("SIGSEGV", llamacpp_lib.CRASH),
-                                      ("SIGKILL", llamacpp_lib.PASSING), ("SIGABRT", llamacpp_lib.PASSING),
-                                      (None, llamacpp_lib.PASSING)])
+@pytest.mark.parametrize("sig, kind", [("SIGILL", llamacpp_probe.CPU_VERDICT), ("SIGSEGV", llamacpp_probe.CRASH),
+                                      ("SIGKILL", llamacpp_probe.PASSING), ("SIGABRT", llamacpp_probe.PASSING),
+                                      (None, llamacpp_probe.PASSING)])
 def test_what_each_ending_of_the_child_says(sig, kind):
     """SIGILL is about the CPU; SIGSEGV may be (an AMX tile fault) or memory, so it counts once
     repeated; SIGKILL (the OOM killer), SIGABRT (a failed allocation) and an error exit are about
     this start. A real child ends each way."""
     code = f"import os, signal; os.kill(os.getpid(), signal.{sig})" if sig else "raise SystemExit('no model here')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    ok, why, found = llamacpp_lib.judge(done.returncode, done.stderr)
+    ok, why, found = llamacpp_probe.judge(done.returncode, done.stderr)
     assert ok is False and found == kind and why and "\n" not in why
     assert (sig or "no model here") in why

@@ -97,9 +97,9 @@ PROBE_FLAG = "--llama-cpp-self-test"
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [PROBE_FLAG]:
-        # llama.cpp's self-test, in the child process app.engine.backends.llamacpp_lib starts
+        # llama.cpp's self-test, in the child process app.engine.backends.llamacpp_probe starts
         # (through this entry point, so that a bundled app, which has no `python -m`, runs it too).
-        from app.engine.backends.probe import main as probe_main
+        from app.engine.backends.llamacpp_probe import main as probe_main
 
         return probe_main(argv[1:])
     if not argv:

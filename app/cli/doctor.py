@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from app.engine.backends import llamacpp_lib
+    from app.engine.backends import llamacpp_lib, llamacpp_probe
     from app.engine.backends.llamacpp_lib import BackendUnavailable
     from app.engine.llama_server.programs import RPC_SERVER, SERVER, find_program, missing_reason
 
@@ -22,7 +22,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except BackendUnavailable as exc:
         print(f"llama.cpp: {exc}")
         return 1
-    ok, why = llamacpp_lib.probe(fresh=True)
+    ok, why = llamacpp_probe.probe(fresh=True)
     print(f"llama.cpp {llamacpp_lib.version()}: self-test " + ("passed on this CPU" if ok else f"failed: {why}"))
     for name in (SERVER, RPC_SERVER):
         found = find_program(name)

@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.atomic import private_dir
+from app.engine.installed import package_dir
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,9 @@ def cache_dir() -> Path:
     return Path(base) / "specula"
 
 
-def _package_dir(package: str) -> Path | None:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def is_installed(key: str) -> bool:
     model = _by_key(key)
-    return model is not None and _package_dir(model.package) is not None
+    return model is not None and package_dir(model.package) is not None
 
 
 def _by_key(key: str) -> BuiltinModel | None:
@@ -65,7 +58,7 @@ def builtin_path(key: str) -> Path:
     if model is None:
         names = ", ".join(m.key for m in BUILTIN_MODELS)
         raise FileNotFoundError(f"no built-in model {key!r} (built-in: {names})")
-    folder = _package_dir(model.package)
+    folder = package_dir(model.package)
     if folder is None:
         raise FileNotFoundError(
             f"built-in model {key} is not installed (run the README's setup command, "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.backends import AUTO, LLAMA_CPP, TORCH, BACKEND_CHOICES
-from app.engine.backends import llamacpp_lib
+from app.engine.backends import llamacpp_lib, llamacpp_probe
 from app.engine.backends.llamacpp_lib import BackendUnavailable
 
 log = logging.getLogger(__name__)
@@ -34,15 +34,8 @@ def llama_cpp_problem(model_path: str | Path | None = None) -> str | None:
         llamacpp_lib.binding()
     except BackendUnavailable as exc:
         return str(exc)
-    ok, why = llamacpp_lib.probe(model_path)
+    ok, why = llamacpp_probe.probe(model_path)
     return None if ok else why
-
-
-def llama_cpp_has_gpu() -> bool:
-    try:
-        return bool(llamacpp_lib.binding().llama_supports_gpu_offload())
-    except BackendUnavailable:
-        return False
 
 
 def choose_backend(requested: str, model_path: str | Path | None = None, device: str = "auto",
@@ -67,12 +60,12 @@ def choose_backend(requested: str, model_path: str | Path | None = None, device:
     if problem is not None:
         return _fallback(f"torch: {problem}")
     wants_gpu = device in ("cuda", "mps") or (device == AUTO and (n_gpu_layers is None or n_gpu_layers != 0))
-    torch_gpu = _torch_gpu() if wants_gpu and not llama_cpp_has_gpu() else None
+    torch_gpu = _torch_gpu() if wants_gpu and not llamacpp_lib.has_gpu() else None
     if torch_gpu is not None:
         return _fallback(f"torch on the {torch_gpu.upper()} GPU: this llama.cpp build runs on the CPU only")
-    if device in ("cuda", "mps") and not llama_cpp_has_gpu():
+    if device in ("cuda", "mps") and not llamacpp_lib.has_gpu():
         return _torch(f"torch: this llama.cpp build has no {device.upper()} support")
-    return BackendChoice(LLAMA_CPP, "llama.cpp" + (" (GPU offload)" if llama_cpp_has_gpu() else " on the CPU"))
+    return BackendChoice(LLAMA_CPP, "llama.cpp" + (" (GPU offload)" if llamacpp_lib.has_gpu() else " on the CPU"))
 
 
 def torch_installed() -> bool:

@@ -84,9 +84,7 @@ def load_llamacpp(info: GGUFInfo, n_gpu_layers: int | None, settings: LlamaSetti
     check_memory(info)
     # llama.cpp offloads the output layer too once -ngl passes the repeating layers: "all" is n + 1.
     layers = info.n_layers + 1 if n_gpu_layers is None else max(0, min(n_gpu_layers, info.n_layers + 1))
-    from app.engine.backends.choose import llama_cpp_has_gpu
-
-    if not llama_cpp_has_gpu():
+    if not llamacpp_lib.has_gpu():
         if n_gpu_layers:
             log.warning("this llama.cpp build has no GPU: -ngl %d ignored, every layer on the CPU", n_gpu_layers)
         layers = 0
