@@ -81,7 +81,7 @@ def title_of_path(path: Path) -> str | None:
 
 
 def _file_if_present(model: BuiltinModel) -> Path | None:
-    folder = _package_dir(model.package)
+    folder = package_dir(model.package)
     if folder is None:
         return None
     if model.key == "smollm2-135m":
