@@ -71,3 +71,17 @@ def test_a_model_drafter_builds_no_throwaway_context_of_the_main_model(tiny_load
     drafter = make_drafter(main, draft=draft)
     assert contexts == []
     assert drafter.main_vocab_size == main.vocab_size == real(8).vocab_size
+
+
+def test_the_run_flags_are_parsed_once_into_a_pair_spec(tiny_paths):
+    from app.cli import build_parser
+    from app.cli.run import pair_spec
+
+    main, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-b"])
+    args = build_parser().parse_args(["run", "-m", main, "-md", draft, "--spec-type", "ngram-simple,draft-simple",
+                                      "-cd", "64", "-ngld", "0", "-p", "x"])
+    spec = pair_spec(args)
+    assert (str(spec.main_path), str(spec.draft_path), spec.ngram, spec.draft_ctx, spec.n_gpu_layers_draft) == (
+        main, draft, "lookup", 64, 0)
+    pair = load_pair(spec)
+    assert pair.check.text_level and isinstance(pair.drafter.fallback, TextDrafter)
