@@ -121,16 +121,16 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, cancel: Cancel |
     the n-gram cache (default: the spec's cache file)."""
     headers = check_spec(spec)
     share = MAIN_SHARE if spec.draft_path is not None else 1.0
-    main = load_main(spec, _part(progress, "main model", 0.0, share), cancel, headers.main)
+    main = load_main(spec, part_progress(progress, "main model", 0.0, share), cancel, headers.main)
     draft = check = None
     if spec.draft_path is not None:
-        draft, check = load_draft_for(main, spec, _part(progress, "draft model", share, 1.0), cancel, headers)
+        draft, check = load_draft_for(main, spec, part_progress(progress, "draft model", share, 1.0), cancel, headers)
     cache = open_cache(main) if open_cache is not None else open_cache_file(spec, main)
     drafter = make_drafter(main, spec.ngram, draft, spec.draft_ctx, cache, spec.mod, check=check)
     return LoadedPair(spec, main, draft, check, cache, drafter)
 
 
-def _part(progress: Progress | None, role: str, start: float, end: float) -> Progress | None:
+def part_progress(progress: Progress | None, role: str, start: float, end: float) -> Progress | None:
     """`progress` for one model of the pair: its stages named by role, its fractions in start..end."""
     if progress is None:
         return None
