@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from app.engine.loop.events import RunSummary, StepEvent
     from app.engine.loader import LoadedModel
     from app.engine.loop.speculative import DecodeSettings
+    from app.engine.pair_loader import LoadedPair, PairSpec
 
 DRAFT_COLOUR = "\033[32m"  # accepted draft tokens in green, as llama-speculative shows them
 RESET = "\033[0m"
@@ -75,20 +76,38 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
     )
 
 
-def load_main(args: argparse.Namespace) -> LoadedModel:
-    """The main model, after the drafting flags are checked together (one line, exit 2) and its
-    header and the -md draft's agree (IncompatibleDraftError, exit 3, in a fraction of a second
-    instead of after the main model's load)."""
-    from app.engine.gguf.info import read_gguf_info
-    from app.engine.loader import load_model
-    from app.engine.drafting.pair import check_pair
+def pair_spec(args: argparse.Namespace) -> PairSpec:
+    """The flags parsed once into the engine's PairSpec; the drafting flags are checked together
+    here (one line, exit 2)."""
+    from app.engine.drafting.pair import ModParams
+    from app.engine.pair_loader import PairSpec
 
-    path = resolve_model_arg(args.model)
-    draft = spec_choice(args).draft_model
-    if draft:
-        check_pair(read_gguf_info(path), read_gguf_info(resolve_model_arg(draft)))
-    return load_model(path, device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
-                      **backend_kwargs(args))
+    choice = spec_choice(args)
+    return PairSpec(
+        resolve_model_arg(args.model), resolve_model_arg(choice.draft_model) if choice.draft_model else None,
+        ngram=choice.ngram, mod=ModParams(*choice.mod), cache_file=choice.cache_file,
+        draft_ctx=getattr(args, "ctx_size_draft", 0) or getattr(args, "ctx_size", 0) or None, device=args.device, dtype=args.dtype,
+        n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=getattr(args, "n_gpu_layers_draft", None),
+        **backend_kwargs(args),
+    )
+
+
+def load_cli_pair(args: argparse.Namespace) -> LoadedPair:
+    """The main model, the -md draft and the drafter the flags ask for (n-gram drafters, -lcd's
+    cache read from its file, a draft model, or both combined); an incompatible draft is
+    IncompatibleDraftError (exit 3) before the main model loads."""
+    from app.engine.pair_loader import load_pair
+
+    return load_pair(pair_spec(args))
+
+
+def load_main(args: argparse.Namespace) -> LoadedModel:
+    """The main model alone (bench loads its drafters itself), after the drafting flags are
+    checked together and its header and the -md draft's agree (exit 3 before the load)."""
+    from app.engine.pair_loader import check_spec, load_main as load_spec_main
+
+    spec = pair_spec(args)
+    return load_spec_main(spec, info=check_spec(spec).main)
 
 
 def plan_line(model: LoadedModel) -> str:
@@ -96,30 +115,11 @@ def plan_line(model: LoadedModel) -> str:
     return f"plan: {model.plan.describe()} ({model.plan_reason})"
 
 
-def load_drafter(args: argparse.Namespace, main: LoadedModel):
-    """The drafter the flags ask for: n-gram drafters (-lcd's cache read from its file), a
-    draft model, or both combined."""
-    from app.engine.drafting.ngram_cache import NgramCache
-    from app.engine.drafting.pair import ModParams, load_draft, main_vocab_key, make_drafter
-
-    spec = spec_choice(args)
-    draft = None
-    if spec.draft_model:
-        draft = load_draft(
-            main, resolve_model_arg(spec.draft_model), device=args.device, dtype=args.dtype,
-            n_gpu_layers=args.n_gpu_layers_draft, **backend_kwargs(args),
-        )
-    cache = (NgramCache.load(spec.cache_file, main_vocab_key(main), vocab_size=main.info.vocab_size)
-             if spec.cache_file else None)
-    return make_drafter(main, spec.ngram, draft=draft, draft_ctx=args.ctx_size_draft or args.ctx_size or None,
-                        cache=cache, mod=ModParams(*spec.mod))
-
-
-def save_learned(args: argparse.Namespace, drafter) -> None:
+def save_learned(pair: LoadedPair) -> None:
     """Write what the n-gram cache learned back to -lcd's file."""
     from app.engine.drafting.ngram_drafters import learned_cache
 
-    cache, path = learned_cache(drafter), spec_choice(args).cache_file
+    cache, path = learned_cache(pair.drafter), pair.spec.cache_file
     if cache is not None and path and cache.dirty:
         cache.save(path)
 
@@ -193,12 +193,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
-    main = load_main(args)
-    drafter = load_drafter(args, main)
+    pair = load_cli_pair(args)
+    main = pair.main
     ids = prompt_ids(args, main, text)
     kv = main.kv_model(args.ctx_size or None)
-    summary = stream(generate(kv, main.tokenizer, ids, drafter, settings), args.color)
-    save_learned(args, drafter)
+    summary = stream(generate(kv, main.tokenizer, ids, pair.drafter, settings), args.color)
+    save_learned(pair)
     print_summary(summary, settings.draft_max)
     print(plan_line(main), file=sys.stderr)
     if args.json:

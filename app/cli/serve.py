@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from app.cli import add_model_flags, add_sampling_flags
-from app.cli.run import load_drafter, load_main, save_learned, settings_from_args
+from app.cli.run import load_cli_pair, save_learned, settings_from_args
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import BUILTIN_MODELS
 
@@ -75,18 +75,19 @@ def default_settings(args: argparse.Namespace):
 
 
 def load_served(args: argparse.Namespace, defaults):
-    """(the served model, its drafter prototype: the one whose n-gram cache -lcd saves)."""
+    """(the served model, its loaded pair: its drafter is the prototype whose n-gram cache -lcd
+    saves)."""
     from app.server.model import ServedModel
 
-    main = load_main(args)
-    drafter = load_drafter(args, main)
+    pair = load_cli_pair(args)
+    main, drafter = pair.main, pair.drafter
     builtin = args.model if args.model in {m.key for m in BUILTIN_MODELS} else None
     served = ServedModel.create(
         main, drafter, defaults, n_ctx=args.ctx_size or None,
         model_id=args.alias or builtin, names=[builtin] if builtin else [],
         default_max_tokens=args.n_predict if args.n_predict > 0 else None,
     )
-    return served, drafter
+    return served, pair
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -100,9 +101,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     origins = cors_origins_from_args(args)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
-    drafter = None
+    pair = None
     try:
-        served, drafter = load_served(args, defaults)
+        served, pair = load_served(args, defaults)
         app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue, cors_origins=origins))
 
         def ready(url: str) -> None:
@@ -118,7 +119,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pass  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
     finally:
         sock.close()
-        if drafter is not None:
-            save_learned(args, drafter)  # what the requests taught the n-gram cache (-lcd)
+        if pair is not None:
+            save_learned(pair)  # what the requests taught the n-gram cache (-lcd)
     print("specula: server stopped", file=sys.stderr)
     return 0

@@ -20,6 +20,7 @@ import gc
 import logging
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 
@@ -32,9 +33,10 @@ from app.compare.results import (
 from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
 from app.engine.loop.events import DoneEvent, StepEvent, StopReason
-from app.engine.gguf.info import read_gguf_info
-from app.engine.loader import LoadedModel, load_model
-from app.engine.drafting.pair import check_pair, load_draft, make_drafter, open_cache
+from app.engine.drafting.compat import DraftCheck
+from app.engine.loader import LoadedModel
+from app.engine.drafting.pair import make_drafter, open_cache
+from app.engine.pair_loader import Headers, PairSpec, check_spec, load_draft_for, load_main
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate
 from app.hub.display import display_name
@@ -69,6 +71,8 @@ class Runner:
         self.run_state: CompareRun | None = None
         self.baseline: dict[int, tuple[int, ...]] = {}
         self._ngram_caches: dict[tuple[str, int], object] = {}  # (config name, round) -> its NgramCache
+        self._headers: dict[str, Headers] = {}  # draft file -> its header and check, read once before any load
+        self._check: DraftCheck | None = None  # the loaded draft model's, carried to each of its drafters
 
     # --- the whole run ------------------------------------------------------------------------
 
@@ -101,20 +105,21 @@ class Runner:
         self._progress(status)
         return self.run_state
 
+    def _spec(self, draft_path: str | None = None) -> PairSpec:
+        """The main model and one draft file (drafters are made per reply) as the engine's spec."""
+        r = self.request
+        return PairSpec(r.main_path, draft_path, draft_ctx=r.ctx_size or None, device=r.device, dtype=r.dtype,
+                        n_gpu_layers=r.n_gpu_layers, n_gpu_layers_draft=r.n_gpu_layers_draft, backend=r.backend)
+
     def _check_drafts(self) -> None:
         """Refuse a draft of another vocabulary on headers, before loading anything."""
-        main_info = read_gguf_info(self.request.main_path)
         for draft in self.request.drafts:
             if draft.kind == MODEL:
-                check_pair(main_info, read_gguf_info(draft.path))
+                self._headers[draft.path] = check_spec(self._spec(draft.path))
 
     def _load_main(self) -> LoadedModel:
-        r = self.request
-        return load_model(
-            r.main_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers, cancel=self.cancelled,
-            backend=r.backend,
-            progress=lambda stage, fraction: self._progress(f"main model: {stage} {fraction:.0%}"),
-        )
+        return load_main(self._spec(), cancel=self.cancelled,
+                         progress=lambda stage, fraction: self._progress(f"main model: {stage} {fraction:.0%}"))
 
     def _prompt_ids(self, main: LoadedModel, text: str, index: int) -> list[int]:
         ids = render_prompt(main.tokenizer, [{"role": "user", "content": text}])
@@ -135,7 +140,7 @@ class Runner:
         draft = None
         if first.drafter == MODEL:
             try:
-                draft = self._load_draft(main, first)
+                draft, self._check = self._load_draft(main, first)
             except LoadCancelled:
                 raise
             except SpeculaError as exc:  # keep going with the other drafters
@@ -159,11 +164,13 @@ class Runner:
             del draft
             _free_memory()
 
-    def _load_draft(self, main: LoadedModel, config: ConfigSpec) -> LoadedModel:
-        r = self.request
-        return load_draft(
-            main, config.draft_path, device=r.device, dtype=r.dtype, n_gpu_layers=r.n_gpu_layers_draft,
-            cancel=self.cancelled, backend=r.backend,
+    def _load_draft(self, main: LoadedModel, config: ConfigSpec) -> tuple[LoadedModel, DraftCheck]:
+        """The configuration's draft model and its check (made on headers before the run, against
+        the request's main file; a main model handed in from another file is checked again)."""
+        same_main = Path(main.path) == Path(self.request.main_path)
+        return load_draft_for(
+            main, self._spec(config.draft_path), cancel=self.cancelled,
+            headers=self._headers.get(config.draft_path) if same_main else None,
             progress=lambda stage, fraction: self._progress(f"draft {config.label}: {stage} {fraction:.0%}"),
         )
 
@@ -223,7 +230,7 @@ class Runner:
         round, learning from each of its replies in turn (never from another configuration's, nor
         from an earlier round's: that one has seen these very replies and would flatter it)."""
         if config.drafter == MODEL:
-            return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None)
+            return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None, check=self._check)
         if warm_up:  # a cache of its own: the warm-up reply is the first prompt's, it must not teach it
             return make_drafter(main, config.drafter, cache=open_cache(main, None))
         key = (config.name, repeat)

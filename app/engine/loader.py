@@ -62,6 +62,15 @@ class LoadedModel:
 
         return weights_bytes(self.info, self.plan)
 
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the model's output layer: the ids a drafter may propose stay below it (read
+        from the loaded model; the header's token count can be smaller than a padded head)."""
+        if self.backend == LLAMA_CPP:
+            return int(self.model.n_vocab)
+        head = self.model.get_output_embeddings()
+        return int(head.out_features if hasattr(head, "out_features") else head.weight.shape[0])
+
     def kv_model(self, n_ctx: int | None = None):
         """A fresh KV cache over this model (app.engine.seam.KVModelLike); n_ctx defaults to the
         model's context length (llama.cpp: its own default, 4096, where the model allows it)."""
@@ -82,17 +91,20 @@ def load_model(
     cancel: CancelCheck | None = None,
     backend: str = AUTO,
     llama: LlamaSettings = LlamaSettings(),
+    info: GGUFInfo | None = None,
 ) -> LoadedModel:
     """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
     backend: auto (llama.cpp where it runs here, else torch; app.engine.backends.choose),
     llama.cpp or torch; `llama` holds llama.cpp's run-time settings, dtype the torch backend's
     (app.engine.backends.torch_load.load_torch). Nothing here depends on the drafter: choosing
-    one never changes how the main model runs."""
+    one never changes how the main model runs. `info`: this file's header, already read (and
+    so checked) by the caller."""
     path = Path(path)
     started = time.monotonic()
     if progress is not None:
         progress("reading header", 0.0)
-    info = read_gguf_info(path)  # checks the header against the tensors, for every backend
+    if info is None:
+        info = read_gguf_info(path)  # checks the header against the tensors, for every backend
     chosen = choose_backend(backend, path, device, n_gpu_layers, dtype)
     backend_reason = chosen.reason
     if chosen.is_llama_cpp:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from app.hub.display import display_name
-from app.worker.requests import MODEL, GenSettings, PairSpec
+from app.worker.requests import MODEL, NONE, GenSettings, PairSpec
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,24 @@ class LoadedPair:
     draft: Any = None  # LoadedModel of the draft model, when there is one
     facts: dict[str, Any] = field(default_factory=dict)
     ngram_cache: Any = None  # app.engine.drafting.ngram_cache.NgramCache: every finished reply teaches it
+    check: Any = None  # app.engine.drafting.compat.DraftCheck of the draft model, when there is one
+
+    def new_drafter(self):
+        """A fresh drafter of the window's choice (the engine's, from the loaded pair) that
+        teaches the pair's n-gram cache every finished reply whatever drafts (it is warm the day
+        it is chosen)."""
+        from app.engine.drafting.ngram_drafters import learning_into
+        from app.engine.drafting.pair import make_drafter
+
+        kind = NONE if self.spec.drafter == MODEL else self.spec.drafter
+        return learning_into(make_drafter(self.main, kind, self.draft, cache=self.ngram_cache, check=self.check),
+                             self.ngram_cache)
 
     def reset_state(self) -> None:
         """After a failed generation the caches may hold anything: start them afresh (the
         n-gram cache learns only from finished generations, so it is kept)."""
         self.kv.reset()
-        self.drafter = make_drafter(self.main, self.spec, self.draft, self.ngram_cache)
+        self.drafter = self.new_drafter()
 
     def save_cache(self) -> None:
         """Write what the n-gram cache learned to its file; a failed write is a warning (the
@@ -52,15 +64,14 @@ class LoadedPair:
             log.warning("the n-gram cache could not be saved to %s: %s", path, exc)
 
 
-def make_drafter(main, spec: PairSpec, draft=None, cache=None):
-    """The engine's drafter for the window's choice; `cache`: the pair's n-gram cache, which
-    learns from every finished reply whatever drafts (it is warm the day it is chosen)."""
-    from app.engine.drafting.ngram_drafters import learning_into
-    from app.engine.drafting.pair import make_drafter as engine_make_drafter
+def engine_spec(spec: PairSpec):
+    """The window's choice as the engine's app.engine.pair_loader.PairSpec."""
+    from app.engine.pair_loader import PairSpec as EnginePairSpec
 
-    if spec.drafter == MODEL:
-        return learning_into(engine_make_drafter(main, draft=draft), cache)
-    return learning_into(engine_make_drafter(main, spec.drafter, cache=cache), cache)
+    model = spec.drafter == MODEL
+    return EnginePairSpec(spec.main_path, spec.draft_path if model else None, ngram=NONE if model else spec.drafter,
+                          dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers,
+                          n_gpu_layers_draft=spec.draft_gpu_layers, backend=spec.backend)
 
 
 def open_ngram_cache(main, spec: PairSpec):
@@ -79,39 +90,18 @@ def open_ngram_cache(main, spec: PairSpec):
 
 
 def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
-    """Load the main model (and the draft model, checked against it first). Progress fractions
-    cover the whole pair: the main model takes most of the bar when there is a draft model."""
-    from app.engine.gguf.info import read_gguf_info
-    from app.engine.loader import load_model
-    from app.engine.drafting.pair import check_pair
+    """Load the main model (and the draft model, checked against it first) through the engine's
+    one pair loader. Progress fractions cover the whole pair: the main model takes most of the
+    bar when there is a draft model."""
+    from app.engine.pair_loader import load_pair as load_engine_pair
 
-    main_share = 0.8 if spec.drafter == MODEL else 1.0
-    if spec.drafter == MODEL:
-        # Refuse an incompatible pair before spending time on the main model.
-        check_pair(read_gguf_info(spec.main_path), read_gguf_info(spec.draft_path))
-    main = load_model(
-        spec.main_path, dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers, cancel=cancel,
-        backend=spec.backend,
-        progress=lambda stage, frac: progress(f"main model: {stage}", frac * main_share),
-    )
-    draft = load_draft(spec, progress, cancel, start=main_share) if spec.drafter == MODEL else None
+    loaded = load_engine_pair(engine_spec(spec), progress, cancel, open_cache=lambda main: open_ngram_cache(main, spec))
     progress("ready", 1.0)
-    cache = open_ngram_cache(main, spec)
-    pair = LoadedPair(main=main, kv=main.kv_model(), drafter=make_drafter(main, spec, draft, cache), spec=spec,
-                      draft=draft, ngram_cache=cache)
+    pair = LoadedPair(main=loaded.main, kv=loaded.main.kv_model(), drafter=None, spec=spec, draft=loaded.draft,
+                      ngram_cache=loaded.cache, check=loaded.check)
+    pair.drafter = pair.new_drafter()
     pair.facts = pair_facts(pair)
     return pair
-
-
-def load_draft(spec: PairSpec, progress: Progress, cancel: Cancel, start: float = 0.0):
-    """The draft model of `spec` (its drafter is MODEL); progress runs from `start` to 1."""
-    from app.engine.loader import load_model
-
-    return load_model(
-        spec.draft_path, dtype=spec.dtype, n_gpu_layers=spec.draft_gpu_layers, cancel=cancel,
-        backend=spec.backend,
-        progress=lambda stage, frac: progress(f"draft model: {stage}", start + frac * (1 - start)),
-    )
 
 
 def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
@@ -136,25 +126,24 @@ def swap_drafter(pair: LoadedPair, spec: PairSpec, progress: Progress, cancel: C
     """The loaded main model and its KV cache with `spec`'s drafter: only a new draft model is
     loaded (none for lookup, the n-gram cache or plain decoding, which are instant). `pair` is
     left as it was, so a failed or cancelled draft load keeps it running."""
-    from app.engine.drafting.pair import check_pair
+    from app.engine.pair_loader import load_draft_for, part_progress
 
     started = time.monotonic()
-    draft = None
+    draft = check = None
     if spec.drafter == MODEL:
         same = pair.spec.drafter == MODEL and (pair.spec.draft_path, pair.spec.draft_gpu_layers) == (
             spec.draft_path, spec.draft_gpu_layers)
         if same:
-            draft = pair.draft
-        else:
-            from app.engine.gguf.info import read_gguf_info
-
-            check_pair(pair.main.info, read_gguf_info(spec.draft_path))
-            draft = load_draft(spec, progress, cancel)
+            draft, check = pair.draft, pair.check
+        else:  # checked against the loaded main model's header first
+            draft, check = load_draft_for(pair.main, engine_spec(spec), part_progress(progress, "draft model", 0.0, 1.0),
+                                          cancel)
     progress("ready", 1.0)
     pair.save_cache()  # what the cache learned so far; the same cache object goes on learning
     cache = pair.ngram_cache if pair.ngram_cache is not None else open_ngram_cache(pair.main, spec)
-    swapped = LoadedPair(main=pair.main, kv=pair.kv, drafter=make_drafter(pair.main, spec, draft, cache),
-                         spec=spec, draft=draft, ngram_cache=cache)
+    swapped = LoadedPair(main=pair.main, kv=pair.kv, drafter=None, spec=spec, draft=draft, ngram_cache=cache,
+                         check=check)
+    swapped.drafter = swapped.new_drafter()
     swapped.facts = {**pair_facts(swapped), "main_kept": True, "swap_s": time.monotonic() - started}
     return swapped
 

@@ -1,6 +1,6 @@
 """The window's "serve the loaded model" toggle: `specula serve` on the pair the window loaded.
 
-The server gets its own KV caches and drafter state (ServedModel.create, make_drafter), so the
+The server gets its own KV caches and drafter state (ServedModel.create, LoadedPair.new_drafter), so the
 window's chat and API requests never touch each other's caches; they share the weights and the CPU.
 Starting and stopping run on a pool thread (binding, uvicorn start-up and its shutdown wait), so
 the window never waits on them.
@@ -24,10 +24,10 @@ def _start(pair: Any, settings: Any, port: int, api_key: str | None) -> Any:
     from app.server.app import ServerConfig, create_app
     from app.server.launch import BackgroundServer, bind_socket
     from app.server.model import ServedModel
-    from app.worker.engine_calls import decode_settings, make_drafter
+    from app.worker.engine_calls import decode_settings
 
     # Fresh state and draft cache; the n-gram cache is shared: requests learn into it too.
-    drafter = make_drafter(pair.main, pair.spec, pair.draft, pair.ngram_cache)
+    drafter = pair.new_drafter()
     served = ServedModel.create(pair.main, drafter, decode_settings(settings))
     sock = bind_socket("127.0.0.1", port)  # the window serves this machine only
     return BackgroundServer(create_app(served, ServerConfig(api_key=api_key or None)), sock).start()

@@ -76,11 +76,13 @@ def make_drafter(
     draft_ctx: int | None = None,
     cache: NgramCache | None = None,
     mod: ModParams = ModParams(),
+    check: DraftCheck | None = None,
 ) -> Drafter:
     """kind: "none", or n-gram drafters joined by "+" ("lookup", "ngram-cache", "ngram-mod");
     with `draft` (a loaded draft model) the n-gram drafters go first and the model drafts when
-    none of them matches. "ngram-cache" uses `cache` (an in-memory one when None)."""
-    model = _model_drafter(main, draft, draft_ctx) if draft is not None else None
+    none of them matches. "ngram-cache" uses `cache` (an in-memory one when None). `check`: the
+    draft's check against the main model, where the caller made it (else it is made here)."""
+    model = _model_drafter(main, draft, draft_ctx, check) if draft is not None else None
     kinds = kind_parts(kind)
     # Combined, lookup matches up to the cache's longest n-gram, so that "longest match first"
     # compares like with like (else the cache's 4-grams would always beat lookup's 3-grams).
@@ -93,9 +95,10 @@ def make_drafter(
     return CombinedDrafter(parts, model)
 
 
-def _model_drafter(main: LoadedModel, draft: LoadedModel, draft_ctx: int | None) -> Drafter:
-    vocab = main.kv_model(1).vocab_size
-    if check_draft(main.info, draft.info).text_level:
+def _model_drafter(main: LoadedModel, draft: LoadedModel, draft_ctx: int | None,
+                   check: DraftCheck | None) -> Drafter:
+    vocab = main.vocab_size
+    if (check or check_draft(main.info, draft.info)).text_level:
         return TextDrafter(draft.kv_model(draft_ctx), draft.tokenizer, main.tokenizer, vocab,
                            name=f"{draft.path.stem} (text-level)")
     return ModelDrafter(draft.kv_model(draft_ctx), vocab, name=draft.path.stem)
