@@ -77,7 +77,8 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
     assert "no drafter was clearly faster" in main_window.statusBar().currentMessage()
 
     # A draft the library does not list (as a hub file the comparison downloaded): added, then applied.
-    other = shutil.copy(tiny_paths["llama-other"], tmp_path / "downloaded-draft.gguf")
+    # (Another file than the library's draft: a byte copy of it would be that entry, listed once.)
+    other = shutil.copy(tiny_paths["llama-notemplate"], tmp_path / "downloaded-draft.gguf")
     model = next(c for c in run.configs if c.drafter == MODEL)
     configs = tuple(replace(c, draft_path=str(other)) if c == model else c for c in run.configs)
     accepting = tuple(replace(r, n_accepted=max(r.n_accepted, 1)) if r.config == model.name else r
