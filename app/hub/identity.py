@@ -17,7 +17,7 @@ import hashlib
 import logging
 from pathlib import Path
 
-from app.engine.gguf.info import GGUFInfo
+from app.engine.gguf.info import GGUFInfo, hash_header
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,5 @@ def same_file(a: GGUFInfo, b: GGUFInfo) -> bool:
 
 def _header_digest(path: Path, n_bytes: int) -> bytes:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while n_bytes > 0:
-            chunk = f.read(min(n_bytes, 1 << 20))
-            if not chunk:
-                break
-            digest.update(chunk)
-            n_bytes -= len(chunk)
+    hash_header(digest, path, n_bytes)
     return digest.digest()

@@ -43,7 +43,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, 
 from app.engine.backends import torch_bpe_form as bpe_form
 from app.engine.atomic import write_atomic
 from app.engine.errors import LoadCancelled, ModelFileError
-from app.engine.gguf.info import GGUFInfo, check_tensor_table
+from app.engine.gguf.info import GGUFInfo, check_tensor_table, hash_header
 
 log = logging.getLogger(__name__)
 
@@ -255,14 +255,7 @@ def header_key(info: GGUFInfo) -> str:
     transformers and tokenizers (which a split entry was checked with): the same file under
     another name or path shares the entry; an edited header does not."""
     digest = hashlib.sha256(f"{transformers.__version__} {tokenizers.__version__}".encode())
-    with open(info.path, "rb") as handle:
-        remaining = info.data_offset
-        while remaining > 0:
-            chunk = handle.read(min(remaining, 1 << 20))
-            if not chunk:
-                break
-            digest.update(chunk)
-            remaining -= len(chunk)
+    hash_header(digest, info.path, info.data_offset)
     return digest.hexdigest()[:32]
 
 

@@ -857,3 +857,15 @@ def read_tensor(info: GGUFInfo, name: str) -> np.ndarray:
         handle.seek(info.data_offset + tensor.offset)
         raw = handle.read(tensor.n_bytes)
     return np.frombuffer(raw, dtype=dtypes[tensor.ggml_type]).astype(np.float32).reshape(tensor.shape)
+
+
+def hash_header(digest, path: str | Path, n_bytes: int) -> None:
+    """Feed a file's first n_bytes (a GGUF's header: everything before its tensor data, or
+    less) to a hashlib digest, a megabyte at a time."""
+    with open(path, "rb") as handle:
+        while n_bytes > 0:
+            chunk = handle.read(min(n_bytes, 1 << 20))
+            if not chunk:
+                break
+            digest.update(chunk)
+            n_bytes -= len(chunk)
