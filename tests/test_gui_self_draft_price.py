@@ -6,6 +6,7 @@ model's, and the note said 1.95x)."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,15 @@ def smollm2_and_copy(tmp_path):
 
     require_llama_cpp()
     main = builtin_path("smollm2-135m")
-    return main, shutil.copy(main, tmp_path / "SmolLM2-135M-Instruct-downloaded.gguf")
+    copy = Path(shutil.copy(main, tmp_path / "SmolLM2-135M-Instruct-downloaded.gguf"))
+    # The same weights under another header (its general.name edited in place, same length): a
+    # byte copy would be the built-in entry itself, listed once (issue 52 item 5).
+    data = bytearray(copy.read_bytes())
+    name = read_gguf_info(main).name.encode()
+    at = data.index(name)
+    data[at:at + len(name)] = name[:-1] + (b"X" if name[-1:] != b"X" else b"Y")
+    copy.write_bytes(bytes(data))
+    return main, copy
 
 
 @pytest.mark.demo

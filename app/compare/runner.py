@@ -34,6 +34,7 @@ from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_promp
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
 from app.engine.loop.events import DoneEvent, StepEvent, StopReason
 from app.engine.drafting.compat import DraftCheck
+from app.engine.gguf.info import GGUFInfo
 from app.engine.loader import LoadedModel
 from app.engine.drafting.pair import make_drafter, open_cache
 from app.engine.pair_loader import Headers, PairSpec, check_spec, load_draft_for, load_main
@@ -72,6 +73,7 @@ class Runner:
         self.baseline: dict[int, tuple[int, ...]] = {}
         self._ngram_caches: dict[tuple[str, int], object] = {}  # (config name, round) -> its NgramCache
         self._headers: dict[str, Headers] = {}  # draft file -> its header and check, read once before any load
+        self._main_info: GGUFInfo | None = None  # the main header, read by _check_drafts
         self._check: DraftCheck | None = None  # the loaded draft model's, carried to each of its drafters
 
     # --- the whole run ------------------------------------------------------------------------
@@ -112,13 +114,15 @@ class Runner:
                         n_gpu_layers=r.n_gpu_layers, n_gpu_layers_draft=r.n_gpu_layers_draft, backend=r.backend)
 
     def _check_drafts(self) -> None:
-        """Refuse a draft of another vocabulary on headers, before loading anything."""
+        """Refuse a bad main file, and a draft of another vocabulary, on headers before
+        loading anything (the main header, read here, is not read again by its load)."""
+        self._main_info = None if self.main is not None else check_spec(self._spec()).main
         for draft in self.request.drafts:
             if draft.kind == MODEL:
                 self._headers[draft.path] = check_spec(self._spec(draft.path))
 
     def _load_main(self) -> LoadedModel:
-        return load_main(self._spec(), cancel=self.cancelled,
+        return load_main(self._spec(), cancel=self.cancelled, info=self._main_info,
                          progress=lambda stage, fraction: self._progress(f"main model: {stage} {fraction:.0%}"))
 
     def _prompt_ids(self, main: LoadedModel, text: str, index: int) -> list[int]:
