@@ -4,13 +4,13 @@ polling level asked for; the steps it runs give the same logits as without one."
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import time
 
 import numpy as np
 import pytest
 
+from app.engine.machine import BusyCore
 from tests.llama_support import llama_loaded  # noqa: F401 - fixture
 
 
@@ -30,12 +30,6 @@ def test_a_context_runs_on_its_own_threadpool_and_frees_it(llama_loaded):  # noq
         kv.close()
     finally:
         weights.settings = original
-
-
-def _spin(stop, cpu: int) -> None:
-    os.sched_setaffinity(0, {cpu})
-    while not stop.is_set():
-        pass
 
 
 def _decode_for(kv, seconds: float) -> None:
@@ -58,17 +52,11 @@ def test_the_default_thread_count_steps_aside_for_a_busy_core_and_comes_back(lla
         assert governor is not None and governor.current == governor.n_max >= 2
         kv.feed([1, 5, 9, 12], 1)
         logits_all = kv.feed([7], 1).copy()
-        stop = multiprocessing.Event()
-        spinner = multiprocessing.Process(target=_spin, args=(stop, min(os.sched_getaffinity(0))), daemon=True)
-        spinner.start()
-        try:
+        with BusyCore():
             _decode_for(kv, 3 * governor.WINDOW_S)
             assert governor.current == governor.n_max - 1
             kv.rewind(4)
             assert np.array_equal(kv.feed([7], 1), logits_all)  # fewer threads, the same logits
-        finally:
-            stop.set()
-            spinner.join()
         for _ in range(10):  # a quiet window brings the thread back
             _decode_for(kv, governor.WINDOW_S)
             if governor.current == governor.n_max:

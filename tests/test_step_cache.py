@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 
 import pytest
 
 from app.engine.backends import llamacpp_cost
-from app.engine.machine import OtherWork
+from app.engine.machine import BusyCore, OtherWork
 from tests.llama_support import llama_loaded, require_llama_cpp  # noqa: F401 - fixture
 
 
@@ -62,12 +61,6 @@ def test_a_damaged_cache_is_measured_again(llama_loaded, damage):  # noqa: F811
     assert stored is None or llamacpp_cost._valid(stored) is not None  # replaced (unless the CPU was busy)
 
 
-def _spin(stop, cpu: int) -> None:
-    os.sched_setaffinity(0, {cpu})
-    while not stop.is_set():
-        pass
-
-
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: one busy, one measuring")
 def test_a_curve_measured_beside_a_busy_core_is_not_cached(tiny_paths):
     """Another process spinning on one core while llama.cpp's steps are measured on the other (a
@@ -83,17 +76,13 @@ def test_a_curve_measured_beside_a_busy_core_is_not_cached(tiny_paths):
     key = llamacpp_cost._key(weights, build)
     mine = os.sched_getaffinity(0)
     busy_cpu, own_cpu = sorted(mine)[:2]
-    stop = multiprocessing.Event()
-    spinner = multiprocessing.Process(target=_spin, args=(stop, busy_cpu), daemon=True)
-    spinner.start()
-    os.sched_setaffinity(0, {own_cpu})
-    try:
-        with OtherWork() as others:
-            curve = llamacpp_cost.step_curve(weights, build)
-    finally:
-        os.sched_setaffinity(0, mine)
-        stop.set()
-        spinner.join()
+    with BusyCore(busy_cpu):
+        os.sched_setaffinity(0, {own_cpu})
+        try:
+            with OtherWork() as others:
+                curve = llamacpp_cost.step_curve(weights, build)
+        finally:
+            os.sched_setaffinity(0, mine)
     assert others.cores is not None and others.cores > llamacpp_cost.MAX_OTHER_CORES
     assert set(curve.points) == set(llamacpp_cost.POINTS)
     path = llamacpp_cost.cache_file()

@@ -9,9 +9,6 @@ return to all threads shows. Greedy, the maths prompt, the best of --rounds repl
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import time
 
 from app.cli import add_backend_flags, backend_kwargs
 from app.hub.builtin import resolve_model_arg
@@ -26,34 +23,13 @@ def register(sub) -> None:
     parser.set_defaults(func=cmd_bench_busy)
 
 
-def _spin(stop, cpu: int) -> None:
-    os.sched_setaffinity(0, {cpu})
-    while not stop.is_set():
-        pass
-
-
-class _BusyCore:
-    """A child process spinning on one CPU while the block runs."""
-
-    def __enter__(self) -> "_BusyCore":
-        self._stop = multiprocessing.Event()
-        cpu = min(os.sched_getaffinity(0))
-        self._child = multiprocessing.Process(target=_spin, args=(self._stop, cpu), daemon=True)
-        self._child.start()
-        time.sleep(0.3)  # let it take its core
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._child.join()
-
-
 def cmd_bench_busy(args: argparse.Namespace) -> int:
     import dataclasses
 
     from app.cli.bench_common import PROMPTS, prompt_ids, timed_reply
     from app.engine.drafting.drafters import NoDrafter
     from app.engine.loader import load_model
+    from app.engine.machine import BusyCore
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings
 
@@ -74,7 +50,7 @@ def cmd_bench_busy(args: argparse.Namespace) -> int:
                        for _ in range(max(args.rounds, 1)))
 
         quiet = best()
-        with _BusyCore():
+        with BusyCore():
             busy = best()
         again = best()
         label = f"default ({cores}, steps aside)" if threads == 0 else f"-t {threads}"

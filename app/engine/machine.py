@@ -88,3 +88,32 @@ class OtherWork:
 def _own_cpu_s() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def _spin(stop, cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    while not stop.is_set():
+        pass
+
+
+class BusyCore:
+    """Another program at work: a child process spinning on one CPU (the first this process may
+    use, unless named) while the block runs. For measuring a busy desktop (`specula bench-busy`)
+    and testing what the app does beside one."""
+
+    def __init__(self, cpu: int | None = None, settle_s: float = 0.3) -> None:
+        self.cpu = min(os.sched_getaffinity(0)) if cpu is None else cpu
+        self._settle_s = settle_s
+
+    def __enter__(self) -> "BusyCore":
+        import multiprocessing
+
+        self._stop = multiprocessing.Event()
+        self._child = multiprocessing.Process(target=_spin, args=(self._stop, self.cpu), daemon=True)
+        self._child.start()
+        time.sleep(self._settle_s)  # let it take its core
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._child.join()
