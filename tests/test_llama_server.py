@@ -303,3 +303,25 @@ def test_a_stream_cut_off_mid_reply_is_one_line():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_session_says_a_server_died_mid_reply_and_starts_it_again_on_the_next(tiny_paths):
+    """The window keeps one session per chat: llama-server dying (an RPC worker gone, out of memory)
+    is one line for that reply, and the next reply starts it again."""
+    from app.engine.llama_server.session import ServerEngine, ServerSession
+    from app.engine.loop.events import DoneEvent
+    from app.engine.loop.sampling import SamplingParams
+
+    _require_server()
+    greedy = SamplingParams(temperature=0.0)
+    with ServerSession(ServerEngine(threads=1), tiny_paths["llama-f32"]) as session:
+        ids = session.prompt_ids(text="Once upon a time")
+        first = [e for e in session.reply(ids, 8, greedy) if isinstance(e, DoneEvent)][0].summary
+        events = session.reply(ids, 4000, greedy)
+        next(events)
+        session._server._process.kill()  # as llama.cpp aborts when a worker goes away
+        with pytest.raises(ServerError) as caught:
+            list(events)
+        assert str(caught.value).startswith("llama-server stopped mid-reply: ")
+        again = [e for e in session.reply(ids, 8, greedy) if isinstance(e, DoneEvent)][0].summary
+        assert again.tokens == first.tokens

@@ -10,9 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+from app.engine.llama_server.session import RPC_WARNING
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-WARNING = ("warning: llama.cpp's RPC has no authentication and is not secure: never expose an RPC worker "
-           "to an open network (llama.cpp's rpc-server says the same)")
+WARNING = f"warning: {RPC_WARNING}"
 
 
 def register(sub) -> None:

@@ -14,6 +14,7 @@ from app.cli.spec_args import IMPLEMENTED, NOT_IMPLEMENTED, UsageError
 from app.hub.builtin import resolve_model_arg
 
 if TYPE_CHECKING:
+    from app.engine.llama_server.session import ServerEngine
     from app.engine.loop.events import RunSummary
 
 SPECULA, LLAMA_SERVER = "specula", "llama-server"
@@ -78,79 +79,60 @@ def engine_of(args: argparse.Namespace) -> str:
 
 def rpc_endpoints(value: str) -> list[str]:
     """HOST:PORT,... checked (one line, exit 2, for anything else)."""
-    endpoints = [v.strip() for v in value.split(",") if v.strip()]
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(f"--rpc: {endpoint!r} is not HOST:PORT")
-    if not endpoints:
-        raise UsageError("--rpc needs HOST:PORT")
-    return endpoints
+    from app.engine.llama_server.session import check_rpc_endpoints
+
+    try:
+        return list(check_rpc_endpoints(value))
+    except ValueError as exc:
+        raise UsageError(f"--rpc {exc}" if str(exc).startswith("needs") else f"--rpc: {exc}") from None
 
 
-def server_flags(args: argparse.Namespace) -> list[str]:
-    """llama-server's flags for run's: its own names, and llama.cpp's defaults for the
+def server_engine(args: argparse.Namespace) -> "ServerEngine":
+    """The engine run's flags ask for: a server at --server's URL, else llama-server started
+    here with llama-server's own names for run's flags, and llama.cpp's defaults for the
     speculative values run leaves at Specula's (a ceiling of 64 for our measured length is not
     llama.cpp's fixed length)."""
     from app.cli.spec_args import add_spec_flags
+    from app.engine.llama_server.session import ServerEngine
 
-    flags = ["-fa", args.flash_attn]
-    if args.threads:
-        flags += ["-t", str(args.threads), "-tb", str(args.threads)]
-    if args.ctx_size:
-        flags += ["-c", str(args.ctx_size)]
-    if getattr(args, "rpc", None):
-        flags += ["--rpc", ",".join(rpc_endpoints(args.rpc))]
-    if args.n_gpu_layers is not None or getattr(args, "rpc", None):  # with workers: every layer offloaded to them
-        flags += ["-ngl", str(999 if args.n_gpu_layers is None else args.n_gpu_layers)]
-    types = [t for t in (args.spec_type or ()) if t != "none"] + (["ngram-simple"] if args.lookup else [])
-    if args.model_draft:
-        flags += ["-md", str(resolve_model_arg(args.model_draft))]
-        types = types or ["draft-simple"]
-        if args.n_gpu_layers_draft is not None:
-            flags += ["-ngld", str(args.n_gpu_layers_draft)]
-        if args.ctx_size_draft:
-            flags += ["-cd", str(args.ctx_size_draft)]
-    if types:
-        flags += ["--spec-type", ",".join(dict.fromkeys(types))]
+    if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
+        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.api_key_file))
+    types = tuple(t for t in (args.spec_type or ()) if t != "none") + (("ngram-simple",) if args.lookup else ())
     defaults = argparse.ArgumentParser()
     add_spec_flags(defaults)
+    values = []
     for dest, flag in (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n-min"),
                        ("draft_p_min", "--spec-draft-p-min"), ("spec_ngram_mod_n_match", "--spec-ngram-mod-n-match"),
                        ("spec_ngram_mod_n_min", "--spec-ngram-mod-n-min"), ("spec_ngram_mod_n_max", "--spec-ngram-mod-n-max")):
         value = getattr(args, dest, None)
         if value is not None and value != defaults.get_default(dest):
-            flags += [flag, str(value)]
-    return flags
+            values.append((flag, str(value)))
+    return ServerEngine(
+        spec_types=tuple(dict.fromkeys(types)),
+        draft=resolve_model_arg(args.model_draft) if args.model_draft else None,
+        rpc=tuple(rpc_endpoints(args.rpc)) if getattr(args, "rpc", None) else (),
+        threads=args.threads or 0, ctx_size=args.ctx_size or 0, n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size_draft=args.ctx_size_draft or 0,
+        flash_attn=args.flash_attn, spec_values=tuple(values))
+
+
+def server_flags(args: argparse.Namespace) -> list[str]:
+    """llama-server's flags for run's (after -m MODEL)."""
+    return server_engine(args).flags()
 
 
 def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator], "RunSummary"]):
     """(summary, plan line) of the reply from llama-server, started for it and stopped after it;
     `show` consumes the reply's events as they stream (run prints them) and returns the summary."""
-    from app.engine.llama_server.client import ServerClient
-    from app.engine.llama_server.process import LlamaServer
+    from app.engine.llama_server.session import ServerSession
 
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
-    if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
-        client = ServerClient(check_server_url(args.server), read_api_key(args.api_key_file))
-        summary = _reply(client, args, text, settings, show, "llama-server at its URL")
-        return summary, f"plan: the llama-server at {args.server} (its model and speculation)"
-    model = resolve_model_arg(args.model)
-    flags = server_flags(args)
-    types = flags[flags.index("--spec-type") + 1] if "--spec-type" in flags else "none"
-    with LlamaServer(model, flags) as server:
-        summary = _reply(server.client, args, text, settings, show, f"llama-server {types}")
-    workers = f", the model split across RPC workers {args.rpc}" if getattr(args, "rpc", None) else ""
-    return summary, (f"plan: llama-server (llama.cpp's own engine and speculation: --spec-type {types}) on "
-                     f"{model.name}{workers}")
-
-
-def _reply(client, args: argparse.Namespace, text: str, settings, show, drafter: str) -> "RunSummary":
-    from app.engine.llama_server.engine import generate_on_server
-
-    prompt = client.apply_template(_messages(args, text)) if args.chat else text
-    ids = client.tokenize(prompt)
-    return show(generate_on_server(client, ids, settings.max_new_tokens, settings.sampling, drafter))
+    engine = server_engine(args)
+    model = None if engine.url else resolve_model_arg(args.model)
+    with ServerSession(engine, model) as session:
+        ids = session.prompt_ids(_messages(args, text)) if args.chat else session.prompt_ids(text=text)
+        summary = show(session.reply(ids, settings.max_new_tokens, settings.sampling))
+    return summary, f"plan: {engine.describe(model)}"
 
 
 def _messages(args: argparse.Namespace, text: str) -> list[dict[str, str]]:

@@ -93,6 +93,17 @@ class LlamaServer:
             time.sleep(0.05)
         raise ServerStartError(f"llama-server did not answer within {self.start_timeout_s:.0f} s: {self.log_tail()}")
 
+    def running(self, grace_s: float = 0.0) -> bool:
+        """True while the llama-server process this object started is alive (`grace_s`: how long
+        to wait for one that is going down, as after a connection it dropped)."""
+        if self._process is None:
+            return False
+        try:
+            self._process.wait(timeout=grace_s) if grace_s else None
+        except subprocess.TimeoutExpired:
+            return True
+        return self._process.poll() is None
+
     def log_tail(self, lines: int = 2) -> str:
         """The server log's error lines (else its last lines), without llama.cpp's time and
         level prefixes, joined into one."""

@@ -1,0 +1,176 @@
+"""An engine beyond this process, as one object the CLI, the window's worker, Compare and the
+Local API server share: llama-server started here (a model, a draft, llama.cpp's --spec-type,
+threads, offload, RPC workers) or a llama-server already running at a URL.
+
+`ServerEngine` says what to run (plain data, built from flags or from the window's Model tab);
+`ServerSession` runs it: it starts llama-server on first use, restarts it if it died (an RPC worker
+that went away aborts llama-server, never Specula), and streams each reply as our loop's events
+(app.engine.llama_server.engine), so charts, stats and history read one shape."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from app.engine.llama_server.client import ServerClient, ServerError
+from app.engine.llama_server.engine import generate_on_server
+from app.engine.llama_server.process import LlamaServer
+from app.engine.loop.events import GenerationEvent
+from app.engine.loop.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+# Every --spec-type llama-server knows (common/speculative.cpp), in its own order.
+LLAMA_SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+                    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")  # these read -md
+
+
+@dataclass(frozen=True)
+class ServerEngine:
+    """What runs a reply beyond this process. `url` set: a server someone else runs (its model
+    and speculation; the other fields are not used); else llama-server started here on 127.0.0.1
+    with these values (llama.cpp's defaults where left at None / 0 / ())."""
+
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never logged, never shown
+    spec_types: tuple[str, ...] = ()
+    draft: Path | None = None
+    rpc: tuple[str, ...] = ()  # HOST:PORT of rpc-server workers the main model is split across
+    threads: int = 0
+    ctx_size: int = 0
+    n_gpu_layers: int | None = None
+    n_gpu_layers_draft: int | None = None
+    ctx_size_draft: int = 0
+    flash_attn: str = "auto"
+    spec_values: tuple[tuple[str, str], ...] = ()  # further llama-server flags: (--spec-draft-n-max, "16"), ...
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The --spec-type list llama-server gets: draft-simple where only a draft is named."""
+        named = tuple(t for t in self.spec_types if t != "none")
+        return named or (("draft-simple",) if self.draft else ())
+
+    def flags(self) -> list[str]:
+        """llama-server's flags for this engine (after -m MODEL)."""
+        flags = ["-fa", self.flash_attn]
+        if self.threads:
+            flags += ["-t", str(self.threads), "-tb", str(self.threads)]
+        if self.ctx_size:
+            flags += ["-c", str(self.ctx_size)]
+        if self.rpc:
+            flags += ["--rpc", ",".join(self.rpc)]
+        if self.n_gpu_layers is not None or self.rpc:  # with workers: every layer offloaded to them
+            flags += ["-ngl", str(999 if self.n_gpu_layers is None else self.n_gpu_layers)]
+        if self.draft:
+            flags += ["-md", str(self.draft)]
+            if self.n_gpu_layers_draft is not None:
+                flags += ["-ngld", str(self.n_gpu_layers_draft)]
+            if self.ctx_size_draft:
+                flags += ["-cd", str(self.ctx_size_draft)]
+        if self.types:
+            flags += ["--spec-type", ",".join(self.types)]
+        for flag, value in self.spec_values:
+            flags += [flag, value]
+        return flags
+
+    def describe(self, model: Path | None = None) -> str:
+        """One line for the plan and the stats: where the reply runs and what drafts."""
+        if self.url:
+            return f"the llama-server at {self.url} (its model and speculation)"
+        types = ",".join(self.types) or "none"
+        workers = f", split across RPC workers {','.join(self.rpc)}" if self.rpc else ""
+        on = f" on {model.name}" if model else ""
+        return f"llama-server (llama.cpp's own engine, --spec-type {types}){on}{workers}"
+
+    @property
+    def drafter_label(self) -> str:
+        return "llama-server at its URL" if self.url else f"llama-server {','.join(self.types) or 'none'}"
+
+
+def check_rpc_endpoints(value: str | Sequence[str]) -> tuple[str, ...]:
+    """HOST:PORT,... checked; ValueError (one line) for anything else."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    endpoints = tuple(v.strip() for v in items if v.strip())
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{endpoint!r} is not HOST:PORT")
+    if not endpoints:
+        raise ValueError("needs HOST:PORT")
+    return endpoints
+
+
+def off_loopback(endpoints: Sequence[str]) -> list[str]:
+    """The endpoints whose host is not this machine's loopback (llama.cpp's warning applies)."""
+    return [e for e in endpoints if e.rpartition(":")[0].strip("[]") not in ("127.0.0.1", "localhost", "::1")]
+
+
+RPC_WARNING = ("llama.cpp's RPC has no authentication and is not secure: never expose an RPC worker to an open "
+               "network (llama.cpp's rpc-server says the same)")
+
+
+class ServerSession:
+    """A llama-server for as long as the session is open (started here and stopped on close, or
+    the one at the engine's URL). Not thread-safe: one reply at a time, from one thread."""
+
+    def __init__(self, engine: ServerEngine, model: Path | str | None = None,
+                 start_timeout_s: float | None = None) -> None:
+        self.engine = engine
+        self.model = Path(model) if model is not None else None
+        self._start_timeout_s = start_timeout_s
+        self._server: LlamaServer | None = None
+        self._client: ServerClient | None = None
+
+    def __enter__(self) -> "ServerSession":
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> ServerClient:
+        """The client, starting llama-server (again, if it stopped) where this session runs one."""
+        if self.engine.url:
+            if self._client is None:
+                self._client = ServerClient(self.engine.url, self.engine.api_key)
+            return self._client
+        if self._server is not None and not self._server.running():
+            log.info("llama-server stopped (%s); starting it again", self._server.log_tail())
+            self._server.stop()
+            self._server = None
+        if self._server is None:
+            if self.model is None:
+                raise ServerError("llama-server needs a model file")
+            kwargs = {} if self._start_timeout_s is None else {"start_timeout_s": self._start_timeout_s}
+            server = LlamaServer(self.model, self.engine.flags(), **kwargs)
+            server.start()
+            self._server = server
+        return self._server.client
+
+    def close(self) -> None:
+        server, self._server, self._client = self._server, None, None
+        if server is not None:
+            server.stop()
+
+    def prompt_ids(self, messages: list[dict[str, str]] | None = None, text: str | None = None) -> list[int]:
+        """Token ids of a chat (the model's template, as llama-server renders it) or of raw text."""
+        client = self.open()
+        prompt = client.apply_template(messages) if messages is not None else (text or "")
+        return client.tokenize(prompt)
+
+    def reply(self, ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
+              stop_strings: Sequence[str] = (), cancelled: Callable[[], bool] | None = None
+              ) -> Iterator[GenerationEvent]:
+        """The reply's events (StepEvents, then the DoneEvent). A server that died mid-reply is a
+        ServerError naming what its log said (an RPC worker gone, out of memory)."""
+        client = self.open()
+        try:
+            yield from generate_on_server(client, ids, max_new_tokens, sampling, self.engine.drafter_label,
+                                          stop_strings, cancelled)
+        except ServerError as exc:
+            if self._server is not None and not self._server.running(grace_s=1.0):
+                raise ServerError(f"llama-server stopped mid-reply: {self._server.log_tail()}") from None
+            raise exc from None
