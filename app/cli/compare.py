@@ -23,7 +23,8 @@ from pathlib import Path
 
 from app.cli import add_model_flags, add_sampling_flags
 from app.cli.spec_args import ENGINE_KIND, UsageError, spec_types
-from app.compare.choices import parse_drafts, parse_lengths, resolve_draft
+from app.cli.run_server import check_server_url, read_api_key
+from app.compare.choices import parse_drafts, parse_lengths, resolve_draft, url_choice
 from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
 from app.compare.results import COMPLETE, NGRAM_PARTS, CompareRequest, Progress, RunSettings
 from app.hub.builtin import resolve_model_arg
@@ -35,7 +36,10 @@ def register(sub) -> None:
     parser.add_argument("--drafts", default="none,lookup", metavar="LIST",
                         help="comma-separated: none (always run, the baseline), lookup, ngram-cache, ngram-mod "
                              "(n-gram kinds joined by + are one combined drafter: lookup+ngram-cache), GGUF files, "
-                             "built-in models, or owner/repo/file.gguf from Hugging Face (default none,lookup). "
+                             "built-in models, or owner/repo/file.gguf from Hugging Face (default none,lookup); "
+                             "llama.cpp's own speculation as llama-server:TYPE[+TYPE] (any --spec-type of "
+                             "llama-server, started here on the same prompt ids; llama-server:none is its plain "
+                             "decoding; draft-* types use the first -md model). "
                              "An ngram-cache starts empty and learns from each of its replies in turn")
     parser.add_argument("--spec-type", type=spec_types, default=None, metavar="TYPE[,TYPE...]",
                         help="llama.cpp's name: add the n-gram types (ngram-simple = lookup, ngram-mod, "
@@ -43,6 +47,11 @@ def register(sub) -> None:
                              "draft-simple is the -md model, compared in its own rows")
     parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", action="append", default=[],
                         metavar="FILE", help="add a draft model to --drafts (repeatable)")
+    parser.add_argument("--server", metavar="URL", default=None,
+                        help="one more row: the server at URL (llama-server or any OpenAI-compatible one) answers "
+                             "the same prompts with its own model and speculation")
+    parser.add_argument("--api-key-file", metavar="FILE", default=None,
+                        help="with --server: a file holding its API key (read, never printed or saved)")
     parser.add_argument("--prompts", default=None, metavar="builtin|CATS|FILE",
                         help=f"the built-in set (default), some of its categories ({','.join(CATEGORIES)}), "
                              "or a file: JSON lines {\"category\",\"prompt\"} or one prompt per paragraph")
@@ -80,12 +89,17 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
         seed=seed, draft_sweep=parse_lengths(args.draft_max), draft_min=args.draft_min,
         draft_p_min=args.draft_p_min, ignore_eos=args.ignore_eos, repeats=args.repetitions,
     )
-    drafts = tuple(resolve_draft(name, notice) for name in parse_drafts(drafts_arg(args)))
+    first_draft = args.model_draft[0] if args.model_draft else None
+    drafts = tuple(resolve_draft(name, notice, first_draft) for name in parse_drafts(drafts_arg(args)))
+    api_key = None
+    if args.server:
+        drafts += (url_choice(check_server_url(args.server)),)
+        api_key = read_api_key(args.api_key_file)
     return CompareRequest(
         main_path=str(resolve_model_arg(args.model)), drafts=drafts, prompts=tuple(prompts), settings=settings,
         device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size,
-        backend=args.backend,
+        backend=args.backend, api_key=api_key,
     )
 
 

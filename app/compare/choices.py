@@ -4,6 +4,10 @@ A draft is "none", "lookup", "ngram-cache", "ngram-mod" (or n-gram kinds joined 
 combined drafter: "lookup+ngram-cache"), a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
 a Hugging Face file as "owner/repo/file.gguf". A hub file is taken from the Hugging Face cache when
 it is there, and downloaded (into that cache, verified) only when it is not.
+
+Beside Specula's own drafters, llama.cpp's: "llama-server:TYPE[+TYPE]" runs the same prompt ids on
+llama-server started here with that --spec-type list ("llama-server:none" is its plain decoding;
+draft-* types use the -md model), and a server at a URL (`--server URL`) answers the same prompts.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from app.compare.results import DEFAULT_DRAFT_MAX, MODEL, NONE, ConfigSpec, DraftChoice, is_ngram_kind
+from app.compare.results import (DEFAULT_DRAFT_MAX, ENGINE_KINDS, LLAMA_SERVER, MODEL, NONE, SERVER_URL, ConfigSpec,
+                                 DraftChoice, is_ngram_kind)
 from app.engine.errors import SpeculaError
 from app.hub.builtin import BUILTIN_MODELS, resolve_model_arg
 from app.hub.names import model_title
@@ -42,11 +47,14 @@ def parse_lengths(value: str | None, flag: str = "--draft-max", most: int | None
     return lengths
 
 
-def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
+def resolve_draft(name: str, notice: Notice | None = None, draft_model: str | None = None) -> DraftChoice:
     """A --drafts entry -> a DraftChoice with a local file for a model (downloading a hub file
-    that is not in the cache yet; `notice` hears about it)."""
+    that is not in the cache yet; `notice` hears about it). `draft_model`: the file llama-server's
+    draft-* types read."""
     if name == NONE or is_ngram_kind(name):
         return DraftChoice(name, label=name)
+    if name.startswith(LLAMA_SERVER + ":"):
+        return server_choice(name[len(LLAMA_SERVER) + 1:], draft_model)
     path = Path(name).expanduser()
     builtin = {m.key: m.title for m in BUILTIN_MODELS}
     if name in builtin and not path.exists():
@@ -60,6 +68,32 @@ def resolve_draft(name: str, notice: Notice | None = None) -> DraftChoice:
                            "several joined by +, a GGUF file, a built-in model or owner/repo/file.gguf)")
     local = _hub_file(*repo_file, notice)
     return DraftChoice(MODEL, str(local), model_title(*repo_file))  # as the window names a download
+
+
+def server_choice(types: str, draft_model: str | None = None) -> DraftChoice:
+    """llama-server with llama.cpp's --spec-type list `types` ("+" or "," between them)."""
+    from app.engine.llama_server.session import DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES
+
+    names = tuple(dict.fromkeys(t.strip() for t in types.replace("+", ",").split(",") if t.strip())) or (NONE,)
+    unknown = [t for t in names if t not in LLAMA_SPEC_TYPES]
+    if unknown:
+        raise SpeculaError(f"llama-server:{types}: {unknown[0]!r} is not a llama.cpp --spec-type "
+                           f"({', '.join(LLAMA_SPEC_TYPES)})")
+    if NONE in names and len(names) > 1:
+        raise SpeculaError(f"llama-server:{types}: none cannot be combined with other types")
+    needs_draft = [t for t in names if t in DRAFT_MODEL_TYPES]
+    if needs_draft and not draft_model:
+        raise SpeculaError(f"llama-server:{types}: {needs_draft[0]} needs a draft model (-md FILE)")
+    path = str(resolve_model_arg(draft_model)) if needs_draft else None
+    shown = "+".join(names)
+    return DraftChoice(LLAMA_SERVER, path, f"llama-server {shown}", server_types="" if names == (NONE,) else ",".join(names))
+
+
+def url_choice(url: str) -> DraftChoice:
+    """A server at a URL (its model and speculation) as one more row."""
+    from urllib.parse import urlsplit
+
+    return DraftChoice(SERVER_URL, None, f"server {urlsplit(url).netloc}", server_url=url)
 
 
 def _hub_form(name: str) -> tuple[str, str] | None:
@@ -98,8 +132,10 @@ def plan_configs(drafts: list[DraftChoice], sweep: tuple[int, ...] = ()) -> list
             continue
         label = _unique(draft.name, used)
         used.add(label)
-        if not sweep:
-            configs.append(ConfigSpec(label, draft.kind, draft.path, label, DEFAULT_DRAFT_MAX, True))
+        server = {"server_types": draft.server_types, "server_url": draft.server_url}
+        if not sweep or draft.kind in ENGINE_KINDS:  # llama.cpp's own length rules: no sweep of ours
+            configs.append(ConfigSpec(label, draft.kind, draft.path, label, DEFAULT_DRAFT_MAX, True, **server))
+            continue
         for k in sweep:
             configs.append(ConfigSpec(f"{label} k={k}", draft.kind, draft.path, label, k, False))
     return configs

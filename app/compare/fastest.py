@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from app.compare.results import LOOKUP, MODEL, NONE, CompareRun, ConfigSpec, RunSettings
+from app.compare.results import LLAMA_SERVER, LOOKUP, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
 from app.compare.summary import ALL, Spread, table_rows, times, tps_spread
 
 MARGIN = 1.05  # a drafter must be this much faster than plain decoding to be chosen
@@ -38,6 +38,8 @@ class Fastest:
     spread: Spread | None = None  # its tok/s over the runs
     base_spread: Spread | None = None  # plain decoding's
     why: str = ""  # with plain decoding chosen: why no drafter won
+    server_types: str = ""  # LLAMA_SERVER: llama.cpp's --spec-type list it ran with
+    server_url: str = ""  # SERVER_URL: the server that answered
 
     @property
     def pays_off(self) -> bool:
@@ -97,9 +99,10 @@ def _overall_speedups(run: CompareRun) -> dict[str, float]:
 
 def _fastest(run: CompareRun, config: ConfigSpec, speedup: float, why: str = "") -> Fastest:
     s = run.settings
-    return Fastest(config.name, run.main.path, config.drafter, config.draft_path if config.drafter == MODEL else None,
+    draft_path = config.draft_path if config.drafter in (MODEL, LLAMA_SERVER) else None
+    return Fastest(config.name, run.main.path, config.drafter, draft_path,
                    config.draft_max, config.adaptive, s.draft_min, s.draft_p_min, speedup,
-                   tps_spread(run, config.name), tps_spread(run, NONE), why)
+                   tps_spread(run, config.name), tps_spread(run, NONE), why, config.server_types, config.server_url)
 
 
 # The engine's n-gram kinds by llama.cpp's --spec-type names (app.cli.spec_args.ENGINE_KIND).
@@ -113,6 +116,11 @@ def run_flags(choice: Fastest) -> list[str]:
     flags = ["-m", choice.main_path]
     if choice.drafter == NONE:
         return flags
+    if choice.drafter == SERVER_URL:
+        return flags + ["--server", choice.server_url]
+    if choice.drafter == LLAMA_SERVER:  # llama.cpp's own lengths: none of ours
+        flags += ["--engine", "llama-server"] + (["-md", choice.draft_path] if choice.draft_path else [])
+        return flags + (["--spec-type", choice.server_types] if choice.server_types else [])
     if choice.drafter == MODEL:
         flags += ["-md", choice.draft_path or ""]
     else:  # an n-gram kind, or several joined by "+": one combined drafter, as --spec-type combines

@@ -23,6 +23,10 @@ from app.engine.errors import SpeculaError
 FORMAT = "specula-compare"
 VERSION = 1
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # drafter kinds
+# Beyond this process: llama-server started here with llama.cpp's own --spec-type list, or a
+# server at a URL (its model and speculation).
+LLAMA_SERVER, SERVER_URL = "llama-server", "server-url"
+ENGINE_KINDS = (LLAMA_SERVER, SERVER_URL)
 # n-gram drafters, also joined by "+" into one combined drafter ("lookup+ngram-cache"): the
 # engine's kinds (app.engine.drafting.pair), named here without importing it.
 NGRAM_PARTS = ("ngram-mod", LOOKUP, "ngram-cache")
@@ -46,6 +50,8 @@ class DraftChoice:
     kind: str
     path: str | None = None
     label: str = ""  # what tables and charts call it (a model's name; the kind otherwise)
+    server_types: str = ""  # LLAMA_SERVER: llama.cpp's --spec-type list ("ngram-mod,ngram-simple"; "" plain)
+    server_url: str = ""  # SERVER_URL: where it answers
 
     @property
     def name(self) -> str:
@@ -62,6 +68,8 @@ class ConfigSpec:
     label: str = ""  # the drafter's name without the length (groups a sweep in the verdict)
     draft_max: int = DEFAULT_DRAFT_MAX
     adaptive: bool = True  # False: a fixed length (a --draft-max sweep)
+    server_types: str = ""  # as DraftChoice's: the row runs on llama-server (ENGINE_KINDS)
+    server_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,7 @@ class CompareRequest:
     n_gpu_layers_draft: int | None = None
     ctx_size: int = 0  # 0: the main model's own
     backend: str = "auto"  # what runs the models: auto, llama.cpp or torch (--backend)
+    api_key: str | None = field(default=None, repr=False)  # a SERVER_URL row's key: never saved, never shown
 
 
 @dataclass(frozen=True)

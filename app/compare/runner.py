@@ -27,9 +27,10 @@ from typing import Callable
 from app.compare.choices import plan_configs
 from app.compare.memory import PeakRss
 from app.compare.results import (
-    CANCELLED, COMPLETE, FAILED, MODEL, NONE, CompareRequest, CompareRun, ConfigSpec, MainFacts,
+    CANCELLED, COMPLETE, ENGINE_KINDS, FAILED, LLAMA_SERVER, MODEL, NONE, SERVER_URL, CompareRequest, CompareRun, ConfigSpec, MainFacts,
     Progress, PromptResult, save_run,
 )
+from app.compare.server_rows import extra_fields, open_session, row_prompt_ids
 from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
 from app.engine.loop.events import DoneEvent, StepEvent, StopReason
@@ -71,6 +72,7 @@ class Runner:
         self.total = len(self.configs) * len(request.prompts) * self.repeats
         self.run_state: CompareRun | None = None
         self.baseline: dict[int, tuple[int, ...]] = {}
+        self.baseline_text: dict[int, str] = {}
         self._ngram_caches: dict[tuple[str, int], object] = {}  # (config name, round) -> its NgramCache
         self._headers: dict[str, Headers] = {}  # draft file -> its header and check, read once before any load
         self._main_info: GGUFInfo | None = None  # the main header, read by _check_drafts
@@ -141,6 +143,9 @@ class Runner:
         first = group[0]
         if any(e.config == first.name for e in self.run_state.errors):
             return  # its draft failed to load in an earlier round: said once is enough
+        if first.drafter in ENGINE_KINDS:
+            self._run_server_group(main, group, ids, repeat)
+            return
         draft = None
         if first.drafter == MODEL:
             try:
@@ -168,6 +173,38 @@ class Runner:
             del draft
             _free_memory()
 
+    def _run_server_group(self, main: LoadedModel, group: list[ConfigSpec], ids: list[list[int]],
+                          repeat: int) -> None:
+        """llama-server (started for this round, stopped after it) or a server at a URL: the same
+        prompts, warm-up and settings; a server that fails is one error line for its row."""
+        config = group[0]
+        session = open_session(self.request, config)
+        try:
+            self._progress(f"starting {config.label}")
+            row_ids = [row_prompt_ids(session, config, ours, self.request.prompts[i].text)
+                       for i, ours in enumerate(ids)]
+            self._progress(f"warming up {config.name}")
+            self._consume(self._server_reply(main, session, config, row_ids[0], WARMUP_TOKENS))
+            round_text = f", run {repeat + 1}/{self.repeats}" if self.repeats > 1 else ""
+            for index, prompt_ids in enumerate(row_ids):
+                self._check_cancel()
+                self._progress(f"{config.name} · {self.request.prompts[index].category} "
+                               f"({index + 1}/{len(ids)}{round_text})")
+                events = self._server_reply(main, session, config, prompt_ids, self.request.settings.n_predict)
+                result = self._result(config, index, *self._consume(events), None, repeat)
+                self.run_state = self.run_state.with_result(result)
+                self._publish()
+        except SpeculaError as exc:  # keep going with the other rows
+            self.run_state = self.run_state.with_error(config.name, str(exc).splitlines()[0])
+            self._publish()
+        finally:
+            session.close()
+
+    def _server_reply(self, main: LoadedModel, session, config: ConfigSpec, ids: list[int], n_predict: int):
+        settings = self._settings(main, config)
+        return session.reply(ids, n_predict, settings.sampling, settings.stop_strings, self.cancelled,
+                             extra_fields(self.request.settings.ignore_eos))
+
     def _load_draft(self, main: LoadedModel, config: ConfigSpec) -> tuple[LoadedModel, DraftCheck]:
         """The configuration's draft model and its check (made on headers before the run, against
         the request's main file; a main model handed in from another file is checked again)."""
@@ -194,13 +231,19 @@ class Runner:
         cuda = _torch_cuda(main)
         if cuda is not None:
             cuda.reset_cuda_peak()
-        kv = self._kv(main)
+        events = generate(self._kv(main), main.tokenizer, ids, self._drafter(main, draft, config, repeat),
+                          self._settings(main, config), self.cancelled)
+        summary, timeline = self._consume(events)
+        result = self._result(config, index, summary, timeline, peak.value, repeat)
+        return replace(result, peak_gpu_bytes=cuda.cuda_peak_bytes() if cuda is not None else None)
+
+    def _consume(self, events) -> tuple:
+        """(summary, timeline) of a reply's events: tokens so far against seconds since the first."""
         timeline: list[tuple[int, float]] = []
         first_at = None
         n_so_far = 0
         summary = None
-        for event in generate(kv, main.tokenizer, ids, self._drafter(main, draft, config, repeat),
-                              self._settings(main, config), self.cancelled):
+        for event in events:
             if isinstance(event, StepEvent) and event.tokens:
                 first_at = event.timestamp if first_at is None else first_at
                 n_so_far += len(event.tokens)
@@ -209,18 +252,21 @@ class Runner:
                 summary = event.summary
         if summary is None or summary.stop_reason is StopReason.CANCELLED:
             raise _Cancelled()
+        return summary, timeline
+
+    def _result(self, config: ConfigSpec, index: int, summary, timeline, peak_rss: int | None,
+                repeat: int) -> PromptResult:
         tokens = tuple(summary.tokens)
         if config.drafter == NONE:
-            self.baseline[index] = tokens
-        same = tokens == self.baseline.get(index) if config.drafter != NONE and index in self.baseline else None
+            self.baseline[index], self.baseline_text[index] = tokens, summary.text
+        same = _same_reply(config, tokens, summary.text, self.baseline.get(index), self.baseline_text.get(index))
         return PromptResult(
             config=config.name, prompt_index=index, category=self.request.prompts[index].category,
             n_prompt=summary.n_prompt, n_predicted=summary.n_predicted, decode_s=summary.decode_s,
             ttft_s=summary.ttft_s, n_steps=summary.n_steps, n_drafted=summary.n_drafted,
             n_accepted=summary.n_accepted, accepted_by_position=summary.accepted_by_position,
             drafted_by_position=summary.drafted_by_position, stop_reason=summary.stop_reason.value,
-            tokens=tokens, text=summary.text, timeline=tuple(timeline), peak_rss_bytes=peak.value,
-            peak_gpu_bytes=cuda.cuda_peak_bytes() if cuda is not None else None,
+            tokens=tokens, text=summary.text, timeline=tuple(timeline), peak_rss_bytes=peak_rss,
             identical=same if self.request.settings.greedy else None, repeat=repeat,
         )
 
@@ -276,11 +322,21 @@ def run_comparison(request: CompareRequest, **kwargs) -> CompareRun:
     return Runner(request, **kwargs).run()
 
 
+def _same_reply(config: ConfigSpec, tokens: tuple[int, ...], text: str, baseline: tuple[int, ...] | None,
+               baseline_text: str | None) -> bool | None:
+    """Whether a row's reply is plain decoding's: by tokens; by text on llama-server (its stream may
+    name a token held back inside a UTF-8 character with the next one's chunk); not known for a
+    server at a URL (its model may be another) nor for the baseline itself."""
+    if config.drafter in (NONE, SERVER_URL) or baseline is None:
+        return None
+    return text == baseline_text if config.drafter == LLAMA_SERVER else tokens == baseline
+
+
 def _groups(configs: list[ConfigSpec]) -> list[list[ConfigSpec]]:
     """Configurations that share a drafter (a sweep's lengths): one draft load for them all."""
-    groups: dict[tuple[str, str | None], list[ConfigSpec]] = {}
+    groups: dict[tuple, list[ConfigSpec]] = {}
     for config in configs:
-        groups.setdefault((config.drafter, config.draft_path), []).append(config)
+        groups.setdefault((config.drafter, config.draft_path, config.server_types, config.server_url), []).append(config)
     return list(groups.values())
 
 

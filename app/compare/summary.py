@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from app.compare.results import NONE, CompareRun, ConfigSpec, PromptResult
+from app.compare.results import LLAMA_SERVER, NONE, SERVER_URL, CompareRun, ConfigSpec, PromptResult
 
 ALL = "all"  # the category of a configuration's overall row
 SPEED_WINDOW = 8  # tokens per window of the tokens/s-over-the-reply curve
@@ -48,7 +48,9 @@ def _speed(results: list[PromptResult]) -> float:
 def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tps: float | None) -> Row:
     drafted = sum(r.n_drafted for r in results)
     steps = sum(r.n_steps for r in results)
-    drafting = config.drafter != NONE
+    # llama-server's plain decoding drafts nothing by design; a server at a URL may not report it
+    plain_server = config.drafter == LLAMA_SERVER and not config.server_types
+    drafting = config.drafter != NONE and not plain_server and (config.drafter != SERVER_URL or drafted > 0)
     tps = _speed(results)
     rss = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
     identical = [r.identical for r in results if r.identical is not None]

@@ -93,14 +93,17 @@ _STOPS = {"eos": StopReason.EOS, "limit": StopReason.MAX_TOKENS, "word": StopRea
 
 def generate_on_server(client: ServerClient, ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
                        drafter: str, stop_strings: Sequence[str] = (),
-                       cancelled: Callable[[], bool] | None = None) -> Iterator[GenerationEvent]:
+                       cancelled: Callable[[], bool] | None = None,
+                       extra: dict | None = None) -> Iterator[GenerationEvent]:
     """StepEvents as llama-server streams the reply, then the DoneEvent with its RunSummary
-    (llama-server's own timings and counts; the end-of-generation token left out, as ours)."""
+    (llama-server's own timings and counts; the end-of-generation token left out, as ours).
+    `extra`: further /completion fields (ignore_eos)."""
     started = time.monotonic()
     reply = _Reply()
     final = None
     pending: StreamChunk | None = None  # a token without text: the end-of-generation token if the reply stops next
-    for chunk in client.stream(ids, max_new_tokens, sampling_fields(sampling, stop_strings), cancelled):
+    for chunk in client.stream(ids, max_new_tokens, {**sampling_fields(sampling, stop_strings), **(extra or {})},
+                               cancelled):
         final = chunk.final or final
         if pending is not None and not (chunk.final is not None and chunk.final.stop_type == "eos"):
             yield from reply.take(pending)

@@ -162,14 +162,14 @@ class ServerSession:
         return client.tokenize(prompt)
 
     def reply(self, ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
-              stop_strings: Sequence[str] = (), cancelled: Callable[[], bool] | None = None
-              ) -> Iterator[GenerationEvent]:
+              stop_strings: Sequence[str] = (), cancelled: Callable[[], bool] | None = None,
+              extra: dict | None = None) -> Iterator[GenerationEvent]:
         """The reply's events (StepEvents, then the DoneEvent). A server that died mid-reply is a
         ServerError naming what its log said (an RPC worker gone, out of memory)."""
         client = self.open()
         try:
             yield from generate_on_server(client, ids, max_new_tokens, sampling, self.engine.drafter_label,
-                                          stop_strings, cancelled)
+                                          stop_strings, cancelled, extra)
         except ServerError as exc:
             if self._server is not None and not self._server.running(grace_s=1.0):
                 raise ServerError(f"llama-server stopped mid-reply: {self._server.log_tail()}") from None
