@@ -169,3 +169,32 @@ def test_view_menu_opens_it_with_the_library_and_closing_stops_a_run(qtbot, data
     assert window.task is None and not window.running
     saved = load_run(window.run_path)
     assert saved.status == CANCELLED and 1 <= len(saved.results) < saved.n_expected
+
+
+def test_llama_servers_own_speculation_runs_beside_ours_in_the_window(qtbot, data_dir, tiny_paths):
+    """Compare across engines from the window: llama-server's plain decoding and its ngram-mod,
+    ticked like any drafter, run on the same prompts and land in the table and charts."""
+    from app.compare.results import LLAMA_SERVER
+    from tests.test_llama_server import _require_server
+
+    _require_server()
+    window = compare_window(qtbot, [tiny_paths["llama-f32"]])
+    setup = window.setup
+    assert setup.select_main(str(tiny_paths["llama-f32"]))
+    assert setup.check_draft(LOOKUP, None, checked=False)
+    assert setup.check_draft(LLAMA_SERVER, "") and setup.check_draft(LLAMA_SERVER, "ngram-mod")
+    for category, box in setup.category_boxes.items():
+        box.setChecked(False)
+    setup.own_text.setPlainText(COPY)
+    setup.n_predict.setValue(16)
+    setup.repeats.setValue(1)
+    qtbot.mouseClick(setup.run_button, Qt.MouseButton.LeftButton)
+    wait_done(qtbot, window)
+    run = window.run
+    assert run.status == COMPLETE and not run.errors, run.errors
+    configs = [NONE, "llama-server none", "llama-server ngram-mod"]
+    assert [c.name for c in run.configs] == configs
+    assert all(r.identical for r in run.results[1:])  # greedy: one reply on every engine
+    assert list(window.charts.bar_heights("tps")) == configs
+    assert window.table.model().rowCount() == 3
+    shot(window, "compare-llama-server")

@@ -52,12 +52,12 @@ def read_api_key(path: str | None) -> str | None:
 
 
 def check_server_url(url: str) -> str:
-    from urllib.parse import urlsplit
+    from app.engine.llama_server.session import check_url
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--server: {url!r} is not an http:// or https:// URL")
-    return url.rstrip("/")
+    try:
+        return check_url(url)
+    except ValueError as exc:
+        raise UsageError(f"--server: {exc}") from None
 
 
 def add_rpc_flag(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from app.compare.results import LLAMA_SERVER, LOOKUP, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
+from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, LOOKUP, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
 from app.compare.summary import ALL, Spread, table_rows, times, tps_spread
 
 MARGIN = 1.05  # a drafter must be this much faster than plain decoding to be chosen
@@ -83,7 +83,8 @@ def _doubt(run: CompareRun, config: str, speedup: float) -> str:
     if mine is None or base is None or min(mine.n, base.n) < MIN_RUNS:
         return (f"{config} was {times(speedup)} in a single run; repeat the runs (at least {MIN_RUNS}) "
                 "to tell a lead from noise")
-    if not any(r.n_accepted for r in run.results_of(config)):
+    engine = next((c.drafter for c in run.configs if c.name == config), None) in ENGINE_KINDS
+    if not engine and not any(r.n_accepted for r in run.results_of(config)):  # another engine's speed is its own
         return f"{config} had no draft accepted, so its {times(speedup)} is noise"
     if mine.overlaps(base):
         return f"{config}'s {mine.tps_text()} overlap plain decoding's {base.tps_text().split(' over ')[0]}"

@@ -324,12 +324,15 @@ def run_comparison(request: CompareRequest, **kwargs) -> CompareRun:
 
 def _same_reply(config: ConfigSpec, tokens: tuple[int, ...], text: str, baseline: tuple[int, ...] | None,
                baseline_text: str | None) -> bool | None:
-    """Whether a row's reply is plain decoding's: by tokens; by text on llama-server (its stream may
-    name a token held back inside a UTF-8 character with the next one's chunk); not known for a
-    server at a URL (its model may be another) nor for the baseline itself."""
+    """Whether a row's reply is plain decoding's: by tokens; by text on llama-server (its stream
+    names a token held back inside a UTF-8 character only with the next one's chunk, and never
+    sends a character the reply's limit cut in two, which our text shows as U+FFFD); not known for
+    a server at a URL (its model may be another) nor for the baseline itself."""
     if config.drafter in (NONE, SERVER_URL) or baseline is None:
         return None
-    return text == baseline_text if config.drafter == LLAMA_SERVER else tokens == baseline
+    if config.drafter == LLAMA_SERVER:
+        return text.rstrip("\ufffd") == (baseline_text or "").rstrip("\ufffd")
+    return tokens == baseline
 
 
 def _groups(configs: list[ConfigSpec]) -> list[list[ConfigSpec]]:

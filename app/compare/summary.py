@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from app.compare.results import LLAMA_SERVER, NONE, SERVER_URL, CompareRun, ConfigSpec, PromptResult
+from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, NONE, SERVER_URL, CompareRun, ConfigSpec, PromptResult
 
 ALL = "all"  # the category of a configuration's overall row
 SPEED_WINDOW = 8  # tokens per window of the tokens/s-over-the-reply curve
@@ -65,7 +65,7 @@ def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tp
         mean_accepted=(sum(r.n_accepted for r in results) / steps if steps else 0.0) if drafting else None,
         ttft_s=sum(r.ttft_s for r in results) / len(results),
         peak_rss_bytes=max(rss) if rss else None,
-        n_identical=sum(identical) if drafting and identical else None,
+        n_identical=sum(identical) if (drafting or config.drafter in ENGINE_KINDS) and identical else None,
         drafter=config.drafter,
     )
 
@@ -193,6 +193,9 @@ def _judge(rows: list[Row], config: ConfigSpec, overall: Row) -> str:
                          key=lambda r: -(r.speedup or 0.0))
     if (overall.speedup or 0.0) < 1.0 and all((r.speedup or 0.0) < 1.0 for r in by_category):
         return f"slower than none on this machine ({times(overall.speedup)})"
+    if config.drafter in ENGINE_KINDS:  # another engine: its speed is its own, drafts or not
+        return ", ".join(f"{times(r.speedup)} on {r.category}" for r in by_category) if len(by_category) > 1 \
+            else times(overall.speedup)
     # A gain where no draft was accepted is the machine's noise, not the drafter's: not a headline.
     if len(by_category) <= 1:
         return times(overall.speedup) if overall.accept_rate else _NOTHING_ACCEPTED

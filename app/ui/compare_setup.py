@@ -17,12 +17,14 @@ from PySide6.QtWidgets import (
     QSpinBox, QVBoxLayout, QWidget,
 )
 
-from app.compare.choices import parse_lengths
+from app.compare.choices import parse_lengths, server_choice, url_choice
 from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_prompts, own_prompt, read_prompt_file
-from app.compare.results import (DEFAULT_DRAFT_MAX, LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, Progress,
-                                 RunSettings)
+from app.compare.results import (DEFAULT_DRAFT_MAX, LLAMA_SERVER, LOOKUP, MODEL, NONE, CompareRequest, DraftChoice,
+                                 Progress, RunSettings)
 from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
+from app.engine.llama_server.programs import SERVER, find_program, missing_reason
+from app.engine.llama_server.session import check_url
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.library import LibraryEntry, entry_path
 from app.ui.style import small_muted_label
@@ -35,6 +37,11 @@ DEFAULT_RUNS = 3  # the fewest that show a spread with one run to spare for a sl
 NGRAM_CHOICES = (("Prompt lookup (no draft model)", LOOKUP),
                  ("N-gram cache (learns from the run's replies)", "ngram-cache"),
                  ("Prompt lookup + n-gram cache", f"{LOOKUP}+ngram-cache"))
+# llama.cpp's own speculation, the peer: llama-server started here per round on the same prompt ids.
+# (its --spec-type list; "" is its plain decoding). The draft-* types need a draft model: the CLI's -md.
+SERVER_CHOICES = (("llama-server: plain decoding", ""), ("llama-server: ngram-mod", "ngram-mod"),
+                  ("llama-server: ngram-simple", "ngram-simple"), ("llama-server: ngram-map-k", "ngram-map-k"),
+                  ("llama-server: ngram-map-k4v", "ngram-map-k4v"), ("llama-server: ngram-cache", "ngram-cache"))
 
 
 class CompareSetup(QWidget):
@@ -55,6 +62,11 @@ class CompareSetup(QWidget):
         self.drafts.setMinimumHeight(90)
         self.drafts.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # each item's tooltip has it whole
         self.drafts.setMaximumHeight(150)
+
+        self.server_url = QLineEdit()
+        self.server_url.setPlaceholderText("Also ask a server at URL (optional), e.g. http://127.0.0.1:8080")
+        self.server_url.setToolTip("A llama-server or any OpenAI-compatible server answers the same prompts with its "
+                                   "own model and speculation: one more row")
 
         self.adaptive = QRadioButton(f"Adaptive length (up to {DEFAULT_DRAFT_MAX})")
         self.adaptive.setToolTip("The engine's default: the draft length follows the measured acceptance and cost.")
@@ -119,6 +131,7 @@ class CompareSetup(QWidget):
         draft_box = QGroupBox("Drafts")
         draft_layout = QVBoxLayout(draft_box)
         draft_layout.addWidget(self.drafts)
+        draft_layout.addWidget(self.server_url)
         draft_layout.addWidget(self.adaptive)
         sweep_row = QHBoxLayout()
         sweep_row.addWidget(self.sweep)
@@ -193,6 +206,13 @@ class CompareSetup(QWidget):
         baseline.setFlags(baseline.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
         for text, kind in NGRAM_CHOICES:
             self._add_draft(text, (kind, None), (kind, None) in checked)
+        server_missing = None if find_program(SERVER) else missing_reason(SERVER)
+        for text, types in SERVER_CHOICES:
+            item = self._add_draft(text, (LLAMA_SERVER, types), (LLAMA_SERVER, types) in checked)
+            item.setToolTip(server_missing or f"{text}: llama.cpp's own engine and speculation, started here "
+                                              "for each run on the same prompt ids (the peer to beat)")
+            if server_missing:
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
         main = self._main_entry()
         for entry in self._entries:
             if main is None or entry.path == main.path:
@@ -271,8 +291,14 @@ class CompareSetup(QWidget):
             raise SpeculaError("pick at least one prompt category, or give a prompt")
         sweep = parse_lengths(self.sweep_lengths.text()) if self.sweep.isChecked() else ()
         titles = {e.path: e.title for e in self._entries}
-        drafts = tuple(DraftChoice(kind, path, titles.get(path, kind) if path else kind)
+        drafts = tuple(server_choice(path or NONE) if kind == LLAMA_SERVER
+                       else DraftChoice(kind, path, titles.get(path, kind) if path else kind)
                        for kind, path in self._checked() if kind != NONE)
+        if self.server_url.text().strip():
+            try:
+                drafts += (url_choice(check_url(self.server_url.text().strip())),)
+            except ValueError as exc:
+                raise SpeculaError(f"server: {exc}") from None
         settings = RunSettings(n_predict=self.n_predict.value(), draft_sweep=sweep, repeats=self.repeats.value())
         return CompareRequest(main.path, drafts, tuple(prompts), settings, dtype=self.precision.currentText())
 
@@ -285,7 +311,7 @@ class CompareSetup(QWidget):
         self.runRequested.emit(request)
 
     def set_running(self, running: bool) -> None:
-        for widget in (self.main_combo, self.drafts, self.adaptive, self.sweep, self.own_text,
+        for widget in (self.main_combo, self.drafts, self.server_url, self.adaptive, self.sweep, self.own_text,
                        self.file_button, self.clear_file_button, self.n_predict, self.repeats, self.precision,
                        self.run_button):
             widget.setEnabled(not running)
@@ -301,3 +327,4 @@ class CompareSetup(QWidget):
         self.progress.setRange(0, max(progress.total, 1))
         self.progress.setValue(progress.done)
         self.progress.setFormat(f"%v/%m · {progress.stage}")
+

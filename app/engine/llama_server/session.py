@@ -90,6 +90,16 @@ class ServerEngine:
         return "llama-server at its URL" if self.url else f"llama-server {','.join(self.types) or 'none'}"
 
 
+def check_url(url: str) -> str:
+    """An http:// or https:// URL with a host, without its trailing slash; ValueError otherwise."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url.rstrip("/")
+
+
 def check_rpc_endpoints(value: str | Sequence[str]) -> tuple[str, ...]:
     """HOST:PORT,... checked; ValueError (one line) for anything else."""
     items = value.split(",") if isinstance(value, str) else list(value)
