@@ -52,7 +52,7 @@ def test_the_self_test_runs_without_what_the_bundle_leaves_out(tmp_path):
 
 def test_a_torch_load_without_torch_is_one_clear_line(monkeypatch):
     from app.engine.backends import choose
-    from app.engine.backends.llamacpp_lib import BackendUnavailable
+    from app.engine.backends.llamacpp.lib import BackendUnavailable
 
     monkeypatch.setitem(sys.modules, "torch", None)
     assert not choose.torch_installed() and not choose.gpu_possible()

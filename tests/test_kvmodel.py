@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.backends.torch_kv import KVModel, LogitRows
+from app.engine.backends.torch.kv import KVModel, LogitRows
 
 IDS = [5, 17, 3, 99, 42, 7, 64, 12, 8, 31]
 

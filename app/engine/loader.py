@@ -7,7 +7,7 @@ self-test on this CPU and runs the device asked for) or torch, and the file load
 `auto`, a file llama.cpp refuses is tried on torch. Errors are one line naming the file.
 
 This module imports neither torch nor transformers: a llama.cpp load (the default) starts
-without them (app.engine.backends.torch_load has the torch path).
+without them (app.engine.backends.torch.load has the torch path).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from app.engine.backends import AUTO, LLAMA_CPP, TORCH, llamacpp_load
+from app.engine.backends import AUTO, LLAMA_CPP, TORCH
+from app.engine.backends.llamacpp import load as llamacpp_load
 from app.engine.backends.choose import choose_backend
-from app.engine.backends.llamacpp import LlamaSettings
+from app.engine.backends.llamacpp.kv import LlamaSettings
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
 from app.engine.gguf.info import GGUFInfo, read_gguf_info
 
@@ -36,7 +37,7 @@ class LoadedModel:
     info: GGUFInfo
     model: Any  # torch: the transformers model; llama.cpp: a LlamaWeights
     tokenizer: Any  # torch: transformers' tokenizer; llama.cpp: a LlamaTokenizer (the same calls)
-    plan: Any  # torch: app.engine.backends.torch_device.DevicePlan; llama.cpp: llamacpp_load.LlamaPlan
+    plan: Any  # torch: app.engine.backends.torch.device.DevicePlan; llama.cpp: llamacpp_load.LlamaPlan
     load_s: float
     rope_fix: str | None = None
     backend: str = TORCH
@@ -58,7 +59,7 @@ class LoadedModel:
         """What the weights hold once loaded, in this plan on this machine."""
         if self.backend == LLAMA_CPP:
             return llamacpp_load.weights_bytes(self.info)
-        from app.engine.backends.torch_load import weights_bytes
+        from app.engine.backends.torch.load import weights_bytes
 
         return weights_bytes(self.info, self.plan)
 
@@ -76,7 +77,7 @@ class LoadedModel:
         model's context length (llama.cpp: its own default, 4096, where the model allows it)."""
         if self.backend == LLAMA_CPP:
             return llamacpp_load.new_context(self.model, self.info, n_ctx)
-        from app.engine.backends.torch_kv import KVModel
+        from app.engine.backends.torch.kv import KVModel
 
         return KVModel(self.model, n_ctx or self.info.context_length or None)
 
@@ -96,7 +97,7 @@ def load_model(
     """Load a GGUF model for generation. Raises SpeculaError subclasses with one-line messages.
     backend: auto (llama.cpp where it runs here, else torch; app.engine.backends.choose),
     llama.cpp or torch; `llama` holds llama.cpp's run-time settings, dtype the torch backend's
-    (app.engine.backends.torch_load.load_torch). Nothing here depends on the drafter: choosing
+    (app.engine.backends.torch.load.load_torch). Nothing here depends on the drafter: choosing
     one never changes how the main model runs. `info`: this file's header, already read (and
     so checked) by the caller."""
     path = Path(path)
@@ -113,14 +114,14 @@ def load_model(
             return LoadedModel(path, info, weights, tokenizer, plan, load_s, backend=LLAMA_CPP,
                                backend_reason=chosen.reason)
         except ModelFileError as exc:
-            from app.engine.backends.torch_load import torch_runs
+            from app.engine.backends.torch.load import torch_runs
 
             if backend != AUTO or not torch_runs(info):
                 raise
             log.info("%s; trying torch", exc)
             return _torch_after_llama_cpp(exc, path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers,
                                           progress=progress, cancel=cancel, started=started)
-    from app.engine.backends.torch_load import load_torch
+    from app.engine.backends.torch.load import load_torch
 
     return load_torch(path, info, device=device, dtype=dtype, n_gpu_layers=n_gpu_layers, progress=progress,
                       cancel=cancel, backend_reason=backend_reason, started=started)
@@ -129,11 +130,11 @@ def load_model(
 def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, **kwargs) -> LoadedModel:
     """auto's second try, where llama.cpp refused the file: torch, whose reason names llama.cpp's
     refusal; if torch fails too, one line with both causes."""
-    from app.engine.backends.torch_load import load_torch
+    from app.engine.backends.torch.load import load_torch
 
     # The torch load's own warnings are lines beside the one error where this second try fails
     # too: kept back during it, its outcome says it all.
-    torch_log = logging.getLogger("app.engine.backends.torch_load")
+    torch_log = logging.getLogger("app.engine.backends.torch.load")
     level = torch_log.level
     torch_log.setLevel(logging.ERROR)
     try:
@@ -157,7 +158,7 @@ _TORCH_NAMES = {"check_supported", "supported_architectures", "check_memory", "e
 
 def __getattr__(name: str):
     if name in _TORCH_NAMES:
-        from app.engine.backends import torch_load
+        from app.engine.backends.torch import load as torch_load
 
         return getattr(torch_load, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

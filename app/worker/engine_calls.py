@@ -25,7 +25,7 @@ class LoadedPair:
     """A loaded main model, its KV cache (kept across turns) and its drafter."""
 
     main: Any  # app.engine.loader.LoadedModel
-    kv: Any  # app.engine.backends.torch_kv.KVModel
+    kv: Any  # app.engine.backends.torch.kv.KVModel
     drafter: Any  # app.engine.drafting.drafters.Drafter
     spec: PairSpec
     draft: Any = None  # LoadedModel of the draft model, when there is one
@@ -222,7 +222,7 @@ def device_facts() -> dict[str, Any]:
         return facts
     import torch
 
-    from app.engine.backends.torch_device import auto_dtype, available_gpu
+    from app.engine.backends.torch.device import auto_dtype, available_gpu
 
     gpu = available_gpu()
     facts.update(gpu=gpu, gpu_dtype=str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.backends import AUTO, LLAMA_CPP, TORCH, BACKEND_CHOICES
-from app.engine.backends import llamacpp_lib, llamacpp_probe
-from app.engine.backends.llamacpp_lib import BackendUnavailable
+from app.engine.backends.llamacpp import lib as llamacpp_lib, probe as llamacpp_probe
+from app.engine.backends.llamacpp.lib import BackendUnavailable
 
 log = logging.getLogger(__name__)
 _said: set[str] = set()
@@ -93,7 +93,7 @@ def _torch_gpu() -> str | None:
     (about a second, most of a llama.cpp run's start)."""
     if not gpu_possible():
         return None
-    from app.engine.backends.torch_device import available_gpu
+    from app.engine.backends.torch.device import available_gpu
 
     return available_gpu()
 

@@ -21,15 +21,15 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-from app.engine.backends import torch_fastload as fastload
+from app.engine.backends.torch import fastload
 from app.engine.backends import TORCH
-from app.engine.backends.torch_device import DevicePlan, apply_plan, resolve_plan
+from app.engine.backends.torch.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf.info import GGUFInfo, format_bytes, read_tensor
 from app.engine.machine import memory_limit_bytes
-from app.engine.backends.torch_kv import require_cache_argument
+from app.engine.backends.torch.kv import require_cache_argument
 from app.engine.loader import CancelCheck, LoadedModel, ProgressCallback
-from app.engine.backends.torch_rope import apply_rope_scaling
+from app.engine.backends.torch.rope import apply_rope_scaling
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def load_torch(
 
 def _fast_load(info: GGUFInfo, plan: DevicePlan, progress: ProgressCallback | None,
                cancel: CancelCheck | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
-    """Our fast path (app.engine.backends.torch_fastload). The tokenizer loads on a thread while the weights
+    """Our fast path (app.engine.backends.torch.fastload). The tokenizer loads on a thread while the weights
     load (their torch kernels release the GIL), but only once the embedding table is filled: the
     tokenizer's parsing holds the GIL for up to a second at a time, and the table's many small
     blocks, each needing it, would wait (Gemma's table took 2.7 s beside it, 0.2 s alone)."""
