@@ -344,7 +344,7 @@ def status(key):  # VmHWM, not ru_maxrss: the latter keeps the parent's peak acr
 gc.collect()
 base = status('VmRSS')
 loaded = load_model(sys.argv[1], device='cpu', dtype='bfloat16')
-print(loaded.backend, base, status('VmRSS'), status('VmHWM'))
+print(loaded.backend.name, base, status('VmRSS'), status('VmHWM'))
 """
 
 

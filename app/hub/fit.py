@@ -1,6 +1,6 @@
 """Would a model fit this machine once loaded? Decided on its header alone, before downloading.
 
-The estimate is the engine's (app.engine.loader.check_memory): transformers dequantizes every
+The estimate is the engine's (app.engine.backends.torch.load.check_memory): transformers dequantizes every
 tensor, so the weights take n_params x the dtype's size whatever the file's quantization, plus
 one float32 tensor in flight while loading, plus the KV cache for the context. The dtype is the one
 the engine would pick (app.engine.backends.torch.device.auto_dtype). Both engine helpers import torch at module
