@@ -44,11 +44,11 @@ class BackendChoice:
 def load_chosen(chosen: BackendChoice, requested: str, path: Path, info: GGUFInfo,
                 request: LoadRequest) -> LoadedModel:
     """Load on the chosen backend; with `requested` auto, a file llama.cpp refuses is tried on
-    torch (where transformers knows its architecture)."""
+    torch (where torch is installed and transformers knows its architecture)."""
     try:
         return chosen.load(path, info, request)
     except ModelFileError as exc:
-        if requested != AUTO or not chosen.is_llama_cpp or not _torch_runs(info):
+        if requested != AUTO or not chosen.is_llama_cpp or not torch_installed() or not _torch_runs(info):
             raise
         log.info("%s; trying torch", exc)
         return _torch_after_llama_cpp(exc, path, info, request)
