@@ -84,7 +84,7 @@ def ensure_environment() -> None:
 
 def self_test_llama() -> None:
     """Run llama.cpp's self-test once (cached per build and CPU) and say the verdict in a line."""
-    code = ("from app.engine.backends.llamacpp_probe import probe; ok, why = probe(); "
+    code = ("from app.engine.backends.llamacpp.probe import probe; ok, why = probe(); "
             "print('llama.cpp self-test passed' if ok else f'llama.cpp self-test failed: {why}')")
     subprocess.run([str(venv_python()), "-c", code], cwd=ROOT)
 

@@ -13,7 +13,7 @@ import pytest
 
 from app.engine.backends import LLAMA_CPP, TORCH
 from app.engine.backends.choose import choose_backend
-from app.engine.backends.llamacpp_lib import BackendUnavailable
+from app.engine.backends.llamacpp.lib import BackendUnavailable
 from tests.llama_support import require_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]

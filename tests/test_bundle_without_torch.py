@@ -52,9 +52,29 @@ def test_the_self_test_runs_without_what_the_bundle_leaves_out(tmp_path):
 
 def test_a_torch_load_without_torch_is_one_clear_line(monkeypatch):
     from app.engine.backends import choose
-    from app.engine.backends.llamacpp_lib import BackendUnavailable
+    from app.engine.backends.llamacpp.lib import BackendUnavailable
 
     monkeypatch.setitem(sys.modules, "torch", None)
     assert not choose.torch_installed() and not choose.gpu_possible()
     with pytest.raises(BackendUnavailable, match="torch is not installed here"):
         choose.choose_backend("torch")
+
+
+def test_a_file_llama_cpp_refuses_is_one_line_without_torch(tiny_paths, tmp_path):
+    """auto retries a file llama.cpp refuses on torch; where torch is not there (the bundle) the
+    refusal is the one line, not an ImportError's traceback from the retry's import."""
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    data = tiny_paths["llama-q8"].read_bytes().replace(b"llama", b"llamb")  # an architecture llama.cpp lacks
+    path = tmp_path / "unknown-arch.gguf"
+    path.write_bytes(data)
+    blocked = ("import sys\n"
+               "sys.modules['torch'] = None  # as in the bundle: not there\n"
+               "from app.cli import main\n"
+               "sys.exit(main(sys.argv[1:]))\n")
+    result = subprocess.run([sys.executable, "-c", blocked, "run", "-m", str(path), "-p", "hello", "-n", "4"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1 and "unknown-arch.gguf" in lines[0], result.stderr

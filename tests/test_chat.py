@@ -121,7 +121,7 @@ def test_kv_reuse_across_turns_with_a_forged_message(tiny_loaded):
 
 @pytest.mark.demo
 def test_smollm2_user_text_cannot_forge_a_turn(demo_path):
-    from app.engine.backends import torch_fastload as fastload
+    from app.engine.backends.torch import fastload
     from app.engine.gguf.info import read_gguf_info
 
     tok = fastload.load_tokenizer(read_gguf_info(demo_path("smollm2-135m")))

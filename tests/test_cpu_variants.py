@@ -2,7 +2,7 @@
 
 `packaging/build_bundle.py` bundles llama.cpp built as its releases are: one CPU backend per CPU
 class (packaging/llama_build.py --variants), ggml picking the best one the CPU runs when the
-library starts. These tests run llama.cpp's self-test (app.engine.backends.llamacpp_probe: load the
+library starts. These tests run llama.cpp's self-test (app.engine.backends.llamacpp.probe: load the
 SmolLM2 demo, decode, verify a batch after a rollback) with that build, natively and under
 qemu's user-mode emulation of older CPUs (qemu's `-cpu` sets what CPUID reports and which
 instructions run): Haswell (AVX2, no AVX-512), Ivy Bridge (AVX, no AVX2) and Nehalem (SSE4.2, no
@@ -39,7 +39,7 @@ def self_test(tmp_path: Path, llama_dir: str | None, cpu: str | None = None) -> 
     venv's), on the CPU qemu emulates (None: this one), with an empty cache."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"),
                PYTHONPATH=os.pathsep.join(p for p in (llama_dir, str(ROOT)) if p))
-    cmd = [sys.executable, "-m", "app.engine.backends.llamacpp_probe"]
+    cmd = [sys.executable, "-m", "app.engine.backends.llamacpp.probe"]
     if cpu is not None:
         cmd = [QEMU, "-cpu", cpu, *cmd]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -51,7 +51,7 @@ def features(line: str) -> set[str]:
 
 
 def test_the_variants_build_runs_here_with_its_best_backend(tmp_path):
-    from app.engine.backends import llamacpp_lib
+    from app.engine.backends.llamacpp import lib as llamacpp_lib
 
     done = self_test(tmp_path, VARIANTS)
     assert done.returncode == 0, done.stderr

@@ -47,7 +47,7 @@ def test_torch_verifies_across_the_sliding_window_match_plain_decoding(demo_path
     sliding window (512), while prompt lookup's verifies are rewound: transformers' cache must
     keep the states a rollback past the window needs and give plain decoding's tokens."""
     loaded = load_model(demo_path(key), device="cpu", backend="torch")
-    assert loaded.backend == "torch" and loaded.plan.dtype_name == "float32"
+    assert loaded.backend.name == "torch" and loaded.plan.dtype_name == "float32"
     helpers = ""
     while True:  # other code before the request, until the prompt is long enough
         ids = render_prompt(loaded.tokenizer, [{"role": "user", "content": helpers + REWRITE}])

@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from app.engine.backends import torch_fastload as fastload
+from app.engine.backends.torch import fastload
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf.info import read_gguf_info
 from app.engine.loader import load_model
@@ -202,7 +202,7 @@ def test_wrong_or_mismatching_entry_is_a_cache_miss(tiny_paths, tmp_path, monkey
 
 def test_a_bpe_entry_is_split_and_reads_back_the_same(tiny_paths, tmp_path, monkeypatch, caplog):
     """A BPE tokenizer is cached as a skeleton tokenizer.json and its vocabulary and merges
-    (app.engine.backends.torch_bpe_form): it reads back to the very tokenizer.json of a fresh build. A damaged
+    (app.engine.backends.torch.bpe_form): it reads back to the very tokenizer.json of a fresh build. A damaged
     model file is a rebuild; a split that would not read back the same is cached whole."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     info = read_gguf_info(tiny_paths["qwen2-f32"])
@@ -344,7 +344,7 @@ def status(key):  # VmHWM, not ru_maxrss: the latter keeps the parent's peak acr
 gc.collect()
 base = status('VmRSS')
 loaded = load_model(sys.argv[1], device='cpu', dtype='bfloat16')
-print(loaded.backend, base, status('VmRSS'), status('VmHWM'))
+print(loaded.backend.name, base, status('VmRSS'), status('VmHWM'))
 """
 
 

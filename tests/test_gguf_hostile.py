@@ -309,7 +309,7 @@ def _edited(tiny_model: Path, folder: Path, key: str, value: int) -> Path:
 
 @pytest.mark.parametrize("key, value", BEYOND)
 def test_keys_beyond_the_tensors_are_refused_by_the_header_reader(tiny_model, tmp_path, key, value):
-    from app.engine.backends import torch_fastload as fastload
+    from app.engine.backends.torch import fastload
     from app.hub.library import list_local_models
     from app.ui.library import scan_library
 
@@ -342,7 +342,7 @@ def test_keys_beyond_the_tensors_are_one_line_in_every_command(tiny_model, tmp_p
 def test_a_split_models_first_part_is_listed_but_not_built(tmp_path):
     """gguf-split's first part holds only some layers: the reader lists it (the library shows the
     model), the loader and calibrate's config refuse it."""
-    from app.engine.backends import torch_fastload as fastload
+    from app.engine.backends.torch import fastload
 
     part = write_gguf(tmp_path / "m-00001-of-00002.gguf", n_layers=4, tensors=small_tensors(256, n_layers=2),
                       extra=lambda w: (w.add_uint16("split.no", 0), w.add_uint16("split.count", 2)))

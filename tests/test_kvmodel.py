@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.backends.torch_kv import KVModel, LogitRows
+from app.engine.backends.torch.kv import KVModel, LogitRows
 
 IDS = [5, 17, 3, 99, 42, 7, 64, 12, 8, 31]
 
 
 def test_a_rewind_then_other_tokens_equals_feeding_those_tokens_fresh(tiny_loaded):
     loaded = tiny_loaded("llama-q8")
-    assert loaded.backend == "torch" and loaded.plan.dtype_name == "float32"
+    assert loaded.backend.name == "torch" and loaded.plan.dtype_name == "float32"
     kv = loaded.kv_model()
     assert isinstance(kv, KVModel)
     kv.feed(IDS[:6])

@@ -74,7 +74,7 @@ def test_the_draft_keeps_the_metadata_tokenizer_and_tensors_byte_for_byte(main_f
 
 def test_it_loads_on_llama_cpp_as_a_draft_whose_greedy_output_is_plain_decodings(main_file, draft_file):
     require_llama_cpp()
-    from app.engine.backends.llamacpp import LlamaSettings
+    from app.engine.backends.llamacpp.kv import LlamaSettings
     from app.engine.drafting.drafters import ModelDrafter
     from app.engine.drafting.pair import load_draft, make_drafter
     from app.engine.loader import load_model

@@ -29,7 +29,7 @@ def run(loaded, ids, drafter=None, **settings):
 
 def test_loads_on_llama_cpp_with_its_reason(llama_loaded):
     loaded = llama_loaded("llama-q8")
-    assert loaded.backend == "llama.cpp"
+    assert loaded.backend.name == "llama.cpp"
     assert loaded.plan.describe().startswith("llama.cpp on CPU")
     assert loaded.plan_reason.startswith("llama.cpp")
     assert loaded.kv_model().vocab_size == loaded.info.vocab_size
@@ -197,3 +197,29 @@ def test_a_run_on_llama_cpp_imports_neither_torch_nor_transformers(tiny_paths, f
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr
     assert "n_predict = 12" in result.stderr or "stop: " in result.stderr, result.stderr
+
+
+_LOAD_AND_ASK = ("import sys\n"
+                 "from app.engine.loader import load_model\n"
+                 "loaded = load_model(sys.argv[1], backend='llama.cpp')\n"
+                 "kv = loaded.kv_model()\n"
+                 "kv.feed(loaded.tokenizer.encode('Hello'))\n"
+                 "asked = (loaded.plan_reason, loaded.weights_bytes, loaded.vocab_size, loaded.plan.describe(),\n"
+                 "         loaded.backend.threads(), loaded.backend.plain_step_s(), loaded.backend.engine_facts(),\n"
+                 "         loaded.backend.tie_cause(), loaded.backend.transformers_model())\n"
+                 "print(loaded.backend.name)\n"
+                 "print(' '.join(sorted(m for m in sys.modules\n"
+                 "                      if m.split('.')[0] == 'torch' or m.startswith('app.engine.backends.torch'))))\n")
+
+
+def test_a_llama_cpp_model_and_what_callers_ask_it_import_nothing_of_torchs(tiny_paths):
+    """A model loaded on llama.cpp holds its backend: its KV cache, weights' bytes, vocabulary and
+    reasons come from llama.cpp's backend object, so neither torch nor the torch backend's modules
+    are imported (the loader used to reach torch_load, and the loaded model torch_kv, for both)."""
+    require_llama_cpp()
+    result = subprocess.run([sys.executable, "-c", _LOAD_AND_ASK, str(tiny_paths["llama-f32"])],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    name, imported = (result.stdout.splitlines() + [""])[:2]
+    assert name == "llama.cpp"
+    assert imported == "", f"a llama.cpp load imported {imported}"

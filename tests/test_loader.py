@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-from app.engine.backends import torch_device as device_module
-from app.engine.backends.torch_device import DevicePlan, apply_plan, resolve_plan
+from app.engine.backends.torch import device as device_module
+from app.engine.backends.torch.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import (
     DeviceError,
     InsufficientMemoryError,
@@ -267,7 +267,7 @@ def test_gpu_layers_on_a_cpu_only_llama_cpp_run_on_the_cpu(tiny_paths, caplog):
     from tests.llama_support import require_llama_cpp
 
     require_llama_cpp()
-    from app.engine.backends.llamacpp_lib import has_gpu
+    from app.engine.backends.llamacpp.lib import has_gpu
 
     if has_gpu():
         pytest.skip("this llama.cpp build has a GPU backend")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.backends.torch_device import DevicePlan, apply_plan
+from app.engine.backends.torch.device import DevicePlan, apply_plan
 from app.engine.drafting.drafters import NoDrafter
 from app.engine.loop.events import DoneEvent
 from app.engine.loader import load_model

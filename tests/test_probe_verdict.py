@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.backends import llamacpp_probe
+from app.engine.backends.llamacpp import probe as llamacpp_probe
 from tests.llama_support import require_llama_cpp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def _python(code: str, cache: Path, limit_as: int | None = None) -> subprocess.C
                           timeout=300)
 
 
-PROBE = ("from app.engine.backends import llamacpp_probe as l\n"
+PROBE = ("from app.engine.backends.llamacpp import probe as l\n"
          "{setup}\nok, why = l.probe()\nprint(repr((ok, why)))")
 
 
@@ -60,7 +60,7 @@ def test_a_self_test_that_timed_out_is_not_kept(tmp_path):
 
 def test_doctor_runs_the_self_test_again_whatever_is_cached(tmp_path):
     require_llama_cpp()
-    key = _python("from app.engine.backends import llamacpp_lib as l; print(l.build_key())", tmp_path).stdout.strip()
+    key = _python("from app.engine.backends.llamacpp import lib as l; print(l.build_key())", tmp_path).stdout.strip()
     folder = tmp_path / "specula"
     folder.mkdir(parents=True)
     (folder / "llamacpp-probe.json").write_text(json.dumps({key: {"ok": False, "reason": "an old bad start"}}))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.engine.backends.llamacpp_cost import StepCurve
+from app.engine.backends.llamacpp.cost import StepCurve
 from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength, best_length, best_length_for, expected_tokens
 
 # Step curves measured on the torch int4 kernel (now retired), which computed rows in blocks:

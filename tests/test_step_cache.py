@@ -1,4 +1,4 @@
-"""llama.cpp's step-cost cache (app.engine.backends.llamacpp_cost) is a file the app reads: a
+"""llama.cpp's step-cost cache (app.engine.backends.llamacpp.cost) is a file the app reads: a
 damaged entry is ignored and the curve measured again, never a traceback; the curve reaches long
 drafts (65 tokens)."""
 
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from app.engine.backends import llamacpp_cost
+from app.engine.backends.llamacpp import cost as llamacpp_cost
 from app.engine.machine import BusyCore, OtherWork
 from tests.llama_support import llama_loaded, require_llama_cpp  # noqa: F401 - fixture
 
@@ -68,7 +68,7 @@ def test_a_curve_measured_beside_a_busy_core_is_not_cached(tiny_paths):
     serves this run and is not cached (issue 51 item 2). The machine's own accounting
     (/proc/stat) says so, not the step times."""
     require_llama_cpp()
-    from app.engine.backends.llamacpp import LlamaSettings
+    from app.engine.backends.llamacpp.kv import LlamaSettings
     from app.engine.loader import load_model
 
     weights = load_model(tiny_paths["llama-f32"], backend="llama.cpp", llama=LlamaSettings(threads=1)).model

@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from app.engine.errors import SpeculaError
-from app.engine.backends.torch_kv import MIN_TRANSFORMERS, KVModel, require_cache_argument
+from app.engine.backends.torch.kv import MIN_TRANSFORMERS, KVModel, require_cache_argument
 from tests.tiny_gguf import TinySpec, build_hf_model
 
 

@@ -45,7 +45,7 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
 
 def backend_kwargs(args: argparse.Namespace) -> dict:
     """load_model's backend and llama.cpp settings from the flags above (imports the engine)."""
-    from app.engine.backends.llamacpp import LlamaSettings
+    from app.engine.backends.llamacpp.kv import LlamaSettings
 
     flash = {"on": 1, "off": 0, "auto": -1}[getattr(args, "flash_attn", "auto")]
     return {"backend": getattr(args, "backend", "auto"),
@@ -97,9 +97,9 @@ PROBE_FLAG = "--llama-cpp-self-test"
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [PROBE_FLAG]:
-        # llama.cpp's self-test, in the child process app.engine.backends.llamacpp_probe starts
+        # llama.cpp's self-test, in the child process app.engine.backends.llamacpp.probe starts
         # (through this entry point, so that a bundled app, which has no `python -m`, runs it too).
-        from app.engine.backends.llamacpp_probe import main as probe_main
+        from app.engine.backends.llamacpp.probe import main as probe_main
 
         return probe_main(argv[1:])
     if not argv:

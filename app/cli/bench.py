@@ -32,7 +32,6 @@ from app.cli.bench_common import PROMPTS, engine_facts, prompt_ids, timed_reply
 from app.cli.bench_verdict import AGAIN, format_verdict, verdicts
 from app.cli.run import load_main
 from app.cli.spec_args import spec_choice
-from app.engine.backends import LLAMA_CPP
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
 from app.engine.drafting.pair import LOOKUP, NONE, make_drafter
@@ -128,7 +127,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             runs[("ours", name)] = functools.partial(_first_reply, main, factories[base], kept, ids, run_settings, kv)
             runs[("ours", name + AGAIN)] = functools.partial(_again_reply, main, kept, ids, run_settings, kv)
         # transformers' own generate() runs the torch backend's model: no such rows on llama.cpp.
-        peers = {} if args.no_hf or main.backend == LLAMA_CPP else {
+        peers = {} if args.no_hf or main.backend.transformers_model() is None else {
             "hf generate": {}, "hf lookup": {"prompt_lookup_num_tokens": args.draft_max}}
         if peers and draft_model is not None:
             peers["hf assisted"] = {"assistant_model": draft_model}
@@ -180,7 +179,7 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     if args.no_llama_cpp or not bench_llamacpp.available():
         return None
     stop_ids = _stop_ids(main)
-    threads = main.plan.threads if main.backend == LLAMA_CPP else torch.get_num_threads()
+    threads = main.backend.threads()
     try:
         peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=threads,
                                            lookup_tokens=args.draft_max, stop_ids=stop_ids)
@@ -202,7 +201,7 @@ def _stop_ids(main: LoadedModel) -> set[int]:
 def _server_peer(main: LoadedModel, args: argparse.Namespace):
     """llama-server on the same file, threads and draft model, where it is built here (one line
     and no such rows where it is not, or where it cannot run the file)."""
-    if args.no_server or main.backend != LLAMA_CPP:
+    if args.no_server or not main.backend.llama_cpp_kernels:
         return None
     why = bench_server.available()
     if why is not None:
@@ -350,14 +349,10 @@ def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
     ours = [r for r in rows if not r.config.startswith(("hf ", "llama.cpp", "server "))]
     if all(r.identical for r in ours) or main.plan.dtype_name == "float32":
         return None
-    if main.backend == LLAMA_CPP:
-        ties = sum(1 for r in ours if r.divergence)
-        wrong = sum(1 for r in ours if not r.identical and not r.divergence)
-        return (f"note: {ties} row(s) left plain decoding at a near-tie (top-2 logits within {NEAR_TIE}: llama.cpp's "
-                f"batch rows and one-token rows round such ties apart){'' if not wrong else f'; {wrong} elsewhere (NO)'}")
-    return (f"note: rows marked NO left plain decoding at a near-tie: in {main.plan.dtype_name} a verify of "
-            f"several tokens and a one-token step use different kernels (greedy identity is exact in "
-            f"float32: --dtype float32)")
+    ties = sum(1 for r in ours if r.divergence)
+    wrong = sum(1 for r in ours if not r.identical and not r.divergence)
+    return (f"note: {ties} row(s) left plain decoding at a near-tie (top-2 logits within {NEAR_TIE}: "
+            f"{main.backend.tie_cause()}){'' if not wrong else f'; {wrong} elsewhere (NO)'}")
 
 
 def format_table(rows: list[BenchRow]) -> str:

@@ -40,12 +40,7 @@ def timed_reply(main: Any, drafter: Any, ids: list[int], settings: Any,
 
 
 def engine_facts(main: Any) -> str:
-    """What the rows run on: llama.cpp's threads and the price of a 5-token verify over one token
-    as measured here (it caps what any drafter can gain), or torch's threads and kernels."""
-    if main.backend == "llama.cpp":
-        curve = main.model.step_curve
-        batch = f", a 5-token batch costs {curve.ratio(5):.1f}x one token here" if curve is not None else ""
-        return f"llama.cpp threads={main.plan.threads}{batch}"
-    import torch
-
-    return f"torch threads={torch.get_num_threads()}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+    """What the rows run on, from the model's backend: llama.cpp's threads and the price of a
+    5-token verify over one token as measured here (it caps what any drafter can gain), or torch's
+    threads and kernels."""
+    return main.backend.engine_facts()

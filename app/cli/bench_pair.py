@@ -56,7 +56,7 @@ class Row:
 
 
 def cmd_bench_pair(args: argparse.Namespace) -> int:
-    from app.engine.backends.llamacpp import LlamaSettings
+    from app.engine.backends.llamacpp.kv import LlamaSettings
     from app.engine.drafting.pair import load_draft
     from app.engine.loader import load_model
     from app.engine.loop.chat import render_prompt

@@ -37,8 +37,8 @@ def _text() -> str:
 def cmd_bench_rows(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from app.engine.backends.llamacpp import LlamaWeights
-    from app.engine.backends.llamacpp_tokenizer import LlamaTokenizer
+    from app.engine.backends.llamacpp.kv import LlamaWeights
+    from app.engine.backends.llamacpp.tokenizer import LlamaTokenizer
     from app.engine.gguf.info import read_gguf_info
 
     path = resolve_model_arg(args.model)

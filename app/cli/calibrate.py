@@ -35,8 +35,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _calibrate_llama_cpp(path, args: argparse.Namespace) -> int:
     """Measure llama.cpp's steps of 1-17 tokens again (logits on every row, as a verify reads
     them) and cache them as the schedule's prior when the machine was steady."""
-    from app.engine.backends import llamacpp_cost, llamacpp_lib
-    from app.engine.backends.llamacpp import LlamaWeights
+    from app.engine.backends.llamacpp import cost as llamacpp_cost, lib as llamacpp_lib
+    from app.engine.backends.llamacpp.kv import LlamaWeights
 
     settings = backend_kwargs(args)["llama"]
     weights = LlamaWeights(path, 0, settings)

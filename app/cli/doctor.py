@@ -13,8 +13,8 @@ def register(sub) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from app.engine.backends import llamacpp_lib, llamacpp_probe
-    from app.engine.backends.llamacpp_lib import BackendUnavailable
+    from app.engine.backends.llamacpp import lib as llamacpp_lib, probe as llamacpp_probe
+    from app.engine.backends.llamacpp.lib import BackendUnavailable
     from app.engine.llama_server.programs import RPC_SERVER, SERVER, find_program, missing_reason
 
     try:

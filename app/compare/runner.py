@@ -348,7 +348,7 @@ def _torch_cuda(main: LoadedModel):
     comparison on llama.cpp never imports torch."""
     if main.plan.gpu != "cuda":
         return None
-    from app.engine.backends import torch_device
+    from app.engine.backends.torch import device as torch_device
 
     return torch_device
 
@@ -356,7 +356,7 @@ def _torch_cuda(main: LoadedModel):
 def _free_memory() -> None:
     gc.collect()
     if "torch" in sys.modules:  # only where a torch model ran
-        from app.engine.backends import torch_device
+        from app.engine.backends.torch import device as torch_device
 
         torch_device.release_cuda_cache()
 

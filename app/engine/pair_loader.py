@@ -14,7 +14,7 @@ from typing import Callable
 
 from app.engine import loader
 from app.engine.backends import AUTO
-from app.engine.backends.llamacpp import LlamaSettings
+from app.engine.backends.llamacpp.kv import LlamaSettings
 from app.engine.drafting.compat import DraftCheck
 from app.engine.drafting.drafters import Drafter
 from app.engine.drafting.kinds import NONE, ModParams

@@ -1,6 +1,6 @@
 """The seam between the speculative loop (with its drafters) and a backend that runs a model.
 
-A backend's KV model (app.engine.backends.llamacpp.LlamaKV, app.engine.backends.torch_kv.KVModel for
+A backend's KV model (app.engine.backends.llamacpp.kv.LlamaKV, app.engine.backends.torch.kv.KVModel for
 torch) holds one KV cache and the token ids in it, feeds tokens and hands back logit rows of the
 positions asked for, and rewinds to any earlier length. The loop never asks which backend it
 drives. Rows are numpy float32 arrays: the llama.cpp path imports neither torch nor

@@ -18,7 +18,7 @@ from app.hub.identity import same_header_weights, same_weights
 PAYS, NO_GAIN, FAILS = "pays", "no-gain", "fails"
 MAX_RATIO = 0.5  # a draft with more than half the main's parameters saves too little
 # A model as its own draft, as Discover, the pair picker and the chat's note price it: the engine
-# measures its step once for both (app.engine.backends.llamacpp_load.shared_step_curve).
+# measures its step once for both (app.engine.backends.llamacpp.load.shared_step_curve).
 SELF_DRAFT_COST = "a drafted token costs as much as a main-model token (1.00x)"
 TEXT_LEVEL_COST = "another vocabulary: its drafts are re-tokenized, so each step costs more"
 

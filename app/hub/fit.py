@@ -1,9 +1,9 @@
 """Would a model fit this machine once loaded? Decided on its header alone, before downloading.
 
-The estimate is the engine's (app.engine.loader.check_memory): transformers dequantizes every
+The estimate is the engine's (app.engine.backends.torch.load.check_memory): transformers dequantizes every
 tensor, so the weights take n_params x the dtype's size whatever the file's quantization, plus
 one float32 tensor in flight while loading, plus the KV cache for the context. The dtype is the one
-the engine would pick (app.engine.backends.torch_device.auto_dtype). Both engine helpers import torch at module
+the engine would pick (app.engine.backends.torch.device.auto_dtype). Both engine helpers import torch at module
 level, and `specula hub` must start without it, so the few machine facts they use are read here
 the same way: SPECULA_MEMORY_LIMIT or /proc/meminfo for RAM, the CPU's bf16 flags, and the GPU's
 free memory from torch when it is already imported, else from nvidia-smi.
@@ -77,7 +77,7 @@ def default_ctx(info: GGUFInfo) -> int:
 def memory_need(info: GGUFInfo, *, dtype: str = "gguf",
                 n_ctx: int | None = None, weights_bytes: int | None = None, kind: str | None = None) -> MemoryNeed:
     """The engine's estimate: dtype "gguf" is llama.cpp's (the file's tensors as stored, a float16
-    KV cache), any other the torch backend's (app.engine.backends.torch_load.check_memory: every
+    KV cache), any other the torch backend's (app.engine.backends.torch.load.check_memory: every
     weight dequantized to `dtype`, the KV cache, and the largest tensor in float32 while loading).
     `weights_bytes` (and `kind`) replace the weights' guess with a loaded model's own count."""
     own_types = dtype == "gguf"  # llama.cpp: the file's tensors as stored, memory-mapped

@@ -25,7 +25,7 @@ class LoadedPair:
     """A loaded main model, its KV cache (kept across turns) and its drafter."""
 
     main: Any  # app.engine.loader.LoadedModel
-    kv: Any  # app.engine.backends.torch_kv.KVModel
+    kv: Any  # app.engine.backends.torch.kv.KVModel
     drafter: Any  # app.engine.drafting.drafters.Drafter
     spec: PairSpec
     draft: Any = None  # LoadedModel of the draft model, when there is one
@@ -160,8 +160,8 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
         "main_path": str(main.path),
         "main_plan": main.plan.describe(),
         "main_plan_reason": main.plan_reason,
-        "backend": main.backend,
-        "backend_reason": main.backend_reason,
+        "backend": main.backend.name,
+        "backend_reason": main.backend.reason,
         "main_plain_tps": _plain_tps(main),
         "main_weights": main_weights,
         "draft_name": draft.name if draft is not None else None,
@@ -181,9 +181,10 @@ def pair_facts(pair: LoadedPair) -> dict[str, Any]:
 
 
 def _plain_tps(main: Any) -> float | None:
-    """Tokens per second of plain decoding as llama.cpp's measured one-token step has it."""
-    curve = getattr(main.model, "step_curve", None) if main.backend == "llama.cpp" else None
-    return 1.0 / curve.cost(1) if curve is not None and curve.cost(1) > 0 else None
+    """Tokens per second of plain decoding as the one-token step measured at load has it (llama.cpp
+    measures it; torch does not)."""
+    step_s = main.backend.plain_step_s()
+    return 1.0 / step_s if step_s is not None and step_s > 0 else None
 
 
 def weights_facts(model: Any) -> dict[str, Any]:
@@ -222,7 +223,7 @@ def device_facts() -> dict[str, Any]:
         return facts
     import torch
 
-    from app.engine.backends.torch_device import auto_dtype, available_gpu
+    from app.engine.backends.torch.device import auto_dtype, available_gpu
 
     gpu = available_gpu()
     facts.update(gpu=gpu, gpu_dtype=str(auto_dtype(gpu)).removeprefix("torch.") if gpu else None)

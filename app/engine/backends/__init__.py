@@ -7,7 +7,7 @@ The seam (what app.engine.loop.speculative and the drafters call) is the KV mode
 
 - ``llamacpp``: llama.cpp through llama-cpp-python's low-level API (llama_batch with logits only
   on the rows asked for, the memory API's seq_rm to roll back); the default wherever it runs.
-- torch: app.engine.backends.torch_kv.KVModel over transformers, for CUDA/MPS where the llama.cpp build
+- torch: app.engine.backends.torch.kv.KVModel over transformers, for CUDA/MPS where the llama.cpp build
   has no GPU, and where llama.cpp cannot run a file or is not installed.
 """
 

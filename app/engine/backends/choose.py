@@ -1,5 +1,7 @@
 """Which backend runs a model: llama.cpp wherever it imports, passed its probe on this CPU and
-runs the device asked for; torch otherwise, with the reason in one line (said once)."""
+runs the device asked for; torch otherwise, with the reason in one line (said once). The choice
+loads the model (BackendChoice.load, load_chosen): a backend's modules are imported only when it
+is chosen, so a llama.cpp load never imports torch."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.backends import AUTO, LLAMA_CPP, TORCH, BACKEND_CHOICES
-from app.engine.backends import llamacpp_lib, llamacpp_probe
-from app.engine.backends.llamacpp_lib import BackendUnavailable
+from app.engine.backends.base import LoadedModel, LoadRequest
+from app.engine.backends.llamacpp import lib as llamacpp_lib, probe as llamacpp_probe
+from app.engine.backends.llamacpp.lib import BackendUnavailable
+from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
+from app.engine.gguf.info import GGUFInfo
 
 log = logging.getLogger(__name__)
 _said: set[str] = set()
@@ -26,6 +31,52 @@ class BackendChoice:
     @property
     def is_llama_cpp(self) -> bool:
         return self.name == LLAMA_CPP
+
+    def load(self, path: Path, info: GGUFInfo, request: LoadRequest) -> LoadedModel:
+        """This backend loads a checked header's file; raises one-line SpeculaErrors."""
+        if self.is_llama_cpp:
+            from app.engine.backends.llamacpp.backend import load_model
+        else:
+            from app.engine.backends.torch.backend import load_model
+        return load_model(path, info, request, self.reason)
+
+
+def load_chosen(chosen: BackendChoice, requested: str, path: Path, info: GGUFInfo,
+                request: LoadRequest) -> LoadedModel:
+    """Load on the chosen backend; with `requested` auto, a file llama.cpp refuses is tried on
+    torch (where torch is installed and transformers knows its architecture)."""
+    try:
+        return chosen.load(path, info, request)
+    except ModelFileError as exc:
+        if requested != AUTO or not chosen.is_llama_cpp or not torch_installed() or not _torch_runs(info):
+            raise
+        log.info("%s; trying torch", exc)
+        return _torch_after_llama_cpp(exc, path, info, request)
+
+
+def _torch_runs(info: GGUFInfo) -> bool:
+    from app.engine.backends.torch.load import torch_runs
+
+    return torch_runs(info)
+
+
+def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, request: LoadRequest) -> LoadedModel:
+    """auto's second try, where llama.cpp refused the file: torch, whose reason names llama.cpp's
+    refusal; if torch fails too, one line with both causes."""
+    # The torch load's own warnings are lines beside the one error where this second try fails
+    # too: kept back during it, its outcome says it all.
+    torch_log = logging.getLogger("app.engine.backends.torch.load")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
+    try:
+        return BackendChoice(TORCH, f"torch: {refused}").load(path, info, request)
+    except LoadCancelled:
+        raise
+    except SpeculaError as exc:
+        cause = str(exc).removeprefix(f"{path.name}: ")
+        raise ModelFileError(f"{refused}; torch could not run it either: {cause}") from exc
+    finally:
+        torch_log.setLevel(level)
 
 
 def llama_cpp_problem(model_path: str | Path | None = None) -> str | None:
@@ -93,7 +144,7 @@ def _torch_gpu() -> str | None:
     (about a second, most of a llama.cpp run's start)."""
     if not gpu_possible():
         return None
-    from app.engine.backends.torch_device import available_gpu
+    from app.engine.backends.torch.device import available_gpu
 
     return available_gpu()
 

@@ -7,7 +7,7 @@ tokens to the main model's verify costs. Both sides are measured while generatin
   were, from decayed counts (acceptance is bursty: inside a copied passage the next token is far
   likelier to be accepted than the first);
 - cost: where the backend measured a step curve (llama.cpp: steps of 1 to 65 tokens on this
-  machine, app.engine.backends.llamacpp_cost), that curve scaled by how much dearer this reply's
+  machine, app.engine.backends.llamacpp.cost), that curve scaled by how much dearer this reply's
   verifies are than it says, plus the drafting time the steps show or a draft model's own
   measured step; without one (torch) a line a + b * k fitted to the steps.
 

@@ -179,7 +179,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
 def install() -> None:
     """Make transformers compile chat templates in the bounded sandbox (both backends render
-    through it: transformers' tokenizers and app.engine.backends.llamacpp_tokenizer)."""
+    through it: transformers' tokenizers and app.engine.backends.llamacpp.tokenizer)."""
     from transformers.utils import chat_template_utils as templates
 
     if templates.ImmutableSandboxedEnvironment is not BoundedSandbox:

@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from app.engine.backends import llamacpp_lib
-from app.engine.backends.llamacpp_threads import DEFAULT_POLL, ThreadGovernor, Threadpool
+from app.engine.backends.llamacpp import lib as llamacpp_lib
+from app.engine.backends.llamacpp.threads import DEFAULT_POLL, ThreadGovernor, Threadpool
 from app.engine.errors import LoadCancelled, ModelFileError, SpeculaError
 from app.engine.seam import common_prefix_length, first_argmax
 
@@ -99,7 +99,7 @@ class LlamaWeights:
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.model))
         self.n_layers = int(lib.llama_model_n_layer(self.model))
         self.n_gpu_layers = n_gpu_layers
-        self.step_curve = None  # app.engine.backends.llamacpp_cost.StepCurve, set by the loader
+        self.step_curve = None  # app.engine.backends.llamacpp.cost.StepCurve, set by the loader
         self._free_lock = threading.Lock()
 
     def context(self, n_ctx: int | None = None) -> "LlamaKV":
@@ -124,7 +124,7 @@ class LlamaWeights:
 
 
 class LlamaKV:
-    """A llama_context: one KV cache and the token ids it holds (`ids`), as app.engine.backends.torch_kv's
+    """A llama_context: one KV cache and the token ids it holds (`ids`), as app.engine.backends.torch.kv's
     KVModel, which the loop and the drafters also take."""
 
     def __init__(self, weights: LlamaWeights, n_ctx: int) -> None:

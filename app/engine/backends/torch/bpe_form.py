@@ -13,7 +13,7 @@ model. So a cache entry can keep
   and building the merges with the garbage collector on 0.08 s more (Gemma 3, 2-core Zen 3).
 `join` puts the model into a tokenizer built from the skeleton. The cache keeps this form only
 after the joined tokenizer serialized to the very `tokenizer.json` it came from
-(app.engine.backends.torch_fastload), so a library that reads either part otherwise is caught when the entry
+(app.engine.backends.torch.fastload), so a library that reads either part otherwise is caught when the entry
 is made, not on a user's text.
 """
 

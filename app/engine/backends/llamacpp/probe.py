@@ -5,7 +5,7 @@ the process in llama_decode: facts.md), so the first use of a build on a CPU is 
 child process. The parent half (probe, called by choose.py and `specula doctor`) starts it and
 keeps its verdict per build and CPU (llamacpp_lib.build_key); a failed self-test means the torch
 backend, with the reason in one line. The child half (main, through the `specula` entry point's
-hidden flag, or python -m app.engine.backends.llamacpp_probe [MODEL]) loads a small model,
+hidden flag, or python -m app.engine.backends.llamacpp.probe [MODEL]) loads a small model,
 decodes a few tokens one by one, verifies them again as one batch after a rollback, and checks
 that the batch's rows pick the same tokens. A crash kills only the child.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.atomic import read_json_object, write_json_object
-from app.engine.backends import llamacpp_lib
+from app.engine.backends.llamacpp import lib as llamacpp_lib
 from app.engine.installed import package_dir
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def demo_model() -> Path | None:
 
 
 def run(model: Path) -> str:
-    from app.engine.backends.llamacpp import LlamaWeights
+    from app.engine.backends.llamacpp.kv import LlamaWeights
 
     weights = LlamaWeights(model)
     kv = weights.context(256)

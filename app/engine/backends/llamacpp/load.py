@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from app.engine.backends import llamacpp_cost, llamacpp_lib
-from app.engine.backends.llamacpp import LlamaKV, LlamaSettings, LlamaWeights
-from app.engine.backends.llamacpp_tokenizer import LlamaTokenizer
+from app.engine.backends.llamacpp import cost as llamacpp_cost, lib as llamacpp_lib
+from app.engine.backends.llamacpp.kv import LlamaKV, LlamaSettings, LlamaWeights
+from app.engine.backends.llamacpp.tokenizer import LlamaTokenizer
 from app.engine.errors import InsufficientMemoryError
 from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.engine.machine import memory_limit_bytes

@@ -40,7 +40,7 @@ from transformers.integrations.gguf import dequant as torch_dequant
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
-from app.engine.backends import torch_bpe_form as bpe_form
+from app.engine.backends.torch import bpe_form
 from app.engine.atomic import write_atomic
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.engine.gguf.info import GGUFInfo, check_tensor_table, hash_header
@@ -175,7 +175,7 @@ def load_weights(
                                        tensor_key_mapping=name_map, parsed_parameters={})
             hf_name = name_map.get(result.name)
             if hf_name is None or hf_name not in params:
-                continue  # e.g. rope_freqs.weight: applied separately (app.engine.backends.torch_rope)
+                continue  # e.g. rope_freqs.weight: applied separately (app.engine.backends.torch.rope)
             _copy_into(params[hf_name], torch.as_tensor(np.asarray(result.weights)), tensor.name, info)
             filled.add(hf_name)
     _check_all_filled(model, filled, info)
@@ -275,7 +275,7 @@ def release_freed_memory() -> None:
 # The entry is data only: the tokenizers library's own `tokenizer.json` and a small JSON of the
 # constructor's scalar arguments (special tokens, chat template, bos/eos flags). Nothing in it can
 # name a class or a file: the class comes from the model file and path-like arguments are dropped.
-_CACHE_FORMAT = 2  # 2: a split BPE model's merges as packed ids (app.engine.backends.torch_bpe_form)
+_CACHE_FORMAT = 2  # 2: a split BPE model's merges as packed ids (app.engine.backends.torch.bpe_form)
 _NOT_CACHED = {"vocab_file", "merges_file", "tokenizer_file", "gguf_file", "name_or_path", "is_local",
                "local_files_only", "backend", "added_tokens_decoder", "tokenizer_object", "vocab", "merges"}
 _warned: set[str] = set()
@@ -298,7 +298,7 @@ def tokenizer_json_file(entry: Path) -> Path:
 
 
 def bpe_model_file(entry: Path) -> Path:
-    """A split BPE entry's vocabulary and merges (app.engine.backends.torch_bpe_form), beside its skeleton."""
+    """A split BPE entry's vocabulary and merges (app.engine.backends.torch.bpe_form), beside its skeleton."""
     return entry.with_name(entry.stem + ".bpe.json")
 
 
@@ -373,7 +373,7 @@ def _read_cached(info: GGUFInfo, entry: Path, key: str):
 
 def _built_from(tokenizer_class, entry: Path, meta: dict, kwargs: dict):
     """The tokenizer an entry holds: from its tokenizer.json, or from the skeleton there and the
-    BPE model beside it (app.engine.backends.torch_bpe_form), as its checksums say."""
+    BPE model beside it (app.engine.backends.torch.bpe_form), as its checksums say."""
     tokenizer = tokenizer_class(tokenizer_file=str(tokenizer_json_file(entry)), **kwargs)
     if meta.get("bpe_sha256") is not None:
         model_text = bpe_model_file(entry).read_bytes()
@@ -431,7 +431,7 @@ def build_tokenizer(info: GGUFInfo) -> transformers.PreTrainedTokenizerBase:
 
 
 def _save_tokenizer(tokenizer, entry: Path, key: str) -> None:
-    """Write `tokenizer.json` (or, for a BPE model, its skeleton and model: app.engine.backends.torch_bpe_form),
+    """Write `tokenizer.json` (or, for a BPE model, its skeleton and model: app.engine.backends.torch.bpe_form),
     then the entry naming their checksums, each to a temporary file renamed into place: a
     half-written or mismatched set is never read as an entry. The split form is kept only if a
     tokenizer read back from it serializes to the same `tokenizer.json`."""

@@ -21,15 +21,14 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-from app.engine.backends import torch_fastload as fastload
-from app.engine.backends import TORCH
-from app.engine.backends.torch_device import DevicePlan, apply_plan, resolve_plan
+from app.engine.backends.torch import fastload
+from app.engine.backends.base import CancelCheck, LoadRequest, ProgressCallback
+from app.engine.backends.torch.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
 from app.engine.gguf.info import GGUFInfo, format_bytes, read_tensor
 from app.engine.machine import memory_limit_bytes
-from app.engine.backends.torch_kv import require_cache_argument
-from app.engine.loader import CancelCheck, LoadedModel, ProgressCallback
-from app.engine.backends.torch_rope import apply_rope_scaling
+from app.engine.backends.torch.kv import require_cache_argument
+from app.engine.backends.torch.rope import apply_rope_scaling
 
 log = logging.getLogger(__name__)
 
@@ -106,27 +105,19 @@ def _tensor_progress(progress: ProgressCallback | None, cancel: CancelCheck | No
         gguf_utils.tqdm = original
 
 
-def load_torch(
-    path: Path,
-    info: GGUFInfo,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    n_gpu_layers: int | None = None,
-    progress: ProgressCallback | None = None,
-    cancel: CancelCheck | None = None,
-    backend_reason: str = "",
-    started: float | None = None,
-) -> LoadedModel:
+def load_torch(path: Path, info: GGUFInfo, request: LoadRequest,
+               ) -> tuple[torch.nn.Module, transformers.PreTrainedTokenizerBase, DevicePlan, str | None, float]:
     """Load a checked GGUF header's file on torch, every weight dequantized to the plan's dtype
     (on the CPU float32 unless asked otherwise: this backend is the fallback, right before fast).
-    Raises SpeculaError subclasses with one-line messages."""
-    started = time.monotonic() if started is None else started
+    (model, tokenizer, plan, rope fix, seconds); raises SpeculaError subclasses with one-line
+    messages."""
+    started = time.monotonic() if request.started is None else request.started
+    progress, cancel = request.progress, request.cancel
     report = progress or (lambda stage, fraction: None)
     require_cache_argument()  # before seconds of loading, not after
     check_supported(info)
     try:
-        plan = resolve_plan(info.n_layers, device, dtype, n_gpu_layers)
+        plan = resolve_plan(info.n_layers, request.device, request.dtype, request.n_gpu_layers)
     except DeviceError as exc:
         raise DeviceError(f"{path.name}: {exc}") from exc
     check_memory(info, plan)
@@ -149,12 +140,12 @@ def load_torch(
     model = apply_plan(model, plan)
     elapsed = time.monotonic() - started
     log.info("loaded %s in %.1fs on %s", name, elapsed, plan.describe())
-    return LoadedModel(path, info, model, tokenizer, plan, elapsed, rope_fix, TORCH, backend_reason)
+    return model, tokenizer, plan, rope_fix, elapsed
 
 
 def _fast_load(info: GGUFInfo, plan: DevicePlan, progress: ProgressCallback | None,
                cancel: CancelCheck | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
-    """Our fast path (app.engine.backends.torch_fastload). The tokenizer loads on a thread while the weights
+    """Our fast path (app.engine.backends.torch.fastload). The tokenizer loads on a thread while the weights
     load (their torch kernels release the GIL), but only once the embedding table is filled: the
     tokenizer's parsing holds the GIL for up to a second at a time, and the table's many small
     blocks, each needing it, would wait (Gemma's table took 2.7 s beside it, 0.2 s alone)."""
