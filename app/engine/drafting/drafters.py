@@ -1,4 +1,5 @@
-"""Drafting strategies behind one small interface, as transformers' CandidateGenerator.
+"""Drafting strategies behind one small interface (app.engine.seam's Drafter, as transformers'
+CandidateGenerator): prompt lookup and a draft model of the main model's vocabulary.
 
 A drafter proposes up to `max_tokens` continuation tokens for a context; the loop verifies them
 with the main model and tells the drafter how many it accepted. New strategies are new classes.
@@ -12,76 +13,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
+from app.engine.seam import Draft, Drafter, KVModelLike as KVModel, NoDrafter, common_prefix_length, first_argmax
 from app.engine.loop.sampling import SamplingParams, logits_to_probs, make_generator, sample, softmax
 
-
-@dataclass(frozen=True)
-class Draft:
-    tokens: tuple[int, ...] = ()
-    # Draft distributions q [k, V] for speculative sampling; None for a deterministic drafter.
-    probs: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-class Drafter:
-    """The interface. `name` is what reports and charts call it."""
-
-    name = "none"
-    text_level = False  # True for a draft model with another vocabulary, drafting through text
-
-    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
-        raise NotImplementedError
-
-    def accept(self, n_accepted: int) -> None:
-        """Called after each verify step with how many of the proposed tokens were kept."""
-
-    def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
-        """Called once per generation with the settings in force."""
-
-    def confident(self, context: Sequence[int]) -> bool | None:
-        """Whether, at next to no cost, this drafter sees a draft that is likely to be accepted
-        now (True: a schedule that has stopped drafting probes at once instead of waiting) or
-        sees none (False: a schedule without evidence yet starts with one draft, and such
-        steps' first drafts keep an acceptance rate of their own); None where it cannot tell
-        without drafting (a draft model). Asked once a step."""
-        return None
-
-    def token_cost_s(self) -> float | None:
-        """Seconds per drafted token once its own model has read the context: a draft model's
-        measured one-token step (llama.cpp measures a model's steps at load). None for a
-        model-free drafter (next to nothing) or where nothing was measured (torch): the
-        schedule then goes by the drafting time the steps show."""
-        return None
-
-    def catch_up_s(self, context: Sequence[int]) -> float:
-        """Seconds to bring its own model up to `context` before it can draft: a draft model
-        reads what it has not seen (the prompt at first, the reply since it last drafted)."""
-        return 0.0
-
-    def finish(self, context: Sequence[int]) -> None:
-        """Called once a generation ends, with its whole context (prompt and reply): a drafter
-        that learns from conversations (app.engine.drafting.ngram_drafters) learns here."""
-
-    def fresh(self) -> Drafter:
-        """A drafter with this one's settings and shared resources (a draft model's KV cache,
-        synced by prefix; a learned n-gram cache) but per-generation state of its own: what the
-        server gives each request."""
-        raise NotImplementedError(f"{type(self).__name__} has no fresh()")
-
-
-class NoDrafter(Drafter):
-    """Plain decoding: the baseline every speedup is measured against."""
-
-    name = "none"
-
-    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
-        return Draft()
-
-    def fresh(self) -> Drafter:
-        return NoDrafter()
+__all__ = ["Draft", "Drafter", "NoDrafter", "PromptLookupDrafter", "DraftModelDrafter", "ModelDrafter"]
 
 
 class PromptLookupDrafter(Drafter):

@@ -13,11 +13,7 @@ NGRAM_MOD = "ngram-mod"
 LOOKUP_CACHE = f"{LOOKUP}+{NGRAM_CACHE}"  # the window's "prompt lookup + n-gram cache"
 NGRAM_KINDS = (NGRAM_MOD, LOOKUP, NGRAM_CACHE)  # in the order a tie between matches goes
 
-# The ceiling of the adaptive draft length (--spec-draft-n-max, the window's Draft max): as far as
-# llama.cpp's ngram-mod drafts (64). The schedule drafts long only where the measured step curve
-# and the acceptance seen make it pay (a long copy, a learned continuation): on a 2-core CPU a
-# batch's price per token keeps falling well past 16 tokens.
-DEFAULT_DRAFT_MAX = 64
+from app.engine.seam import DEFAULT_DRAFT_MAX  # noqa: E402,F401 - defined beside the loop's seam, read from here too
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,10 @@ from typing import Iterator
 
 import jinja2
 
-from app.engine.drafting.drafters import Drafter
 from app.engine.errors import ChatTemplateError, ContextFullError
 from app.engine.loop.template_guard import install as install_template_guard
 from app.engine.loop.events import DoneEvent, GenerationEvent
-from app.engine.seam import KVModelLike as KVModel
+from app.engine.seam import Drafter, KVModelLike as KVModel
 from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,9 @@ from typing import Callable, Iterator, Sequence
 
 
 from app.engine.loop.detok import IncrementalDetokenizer
-from app.engine.drafting.drafters import Draft, Drafter, NoDrafter
 from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
-from app.engine.seam import KVModelLike as KVModel, common_prefix_length, first_argmax
+from app.engine.seam import DEFAULT_DRAFT_MAX, Draft, Drafter, KVModelLike as KVModel, NoDrafter, common_prefix_length, first_argmax
 from app.engine.loop.sampling import (
     AcceptRule,
     Generator,
@@ -32,7 +31,6 @@ from app.engine.loop.sampling import (
     speculative_accept,
 )
 from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength
-from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX
 from app.engine.loop.stops import StopMatcher
 
 
