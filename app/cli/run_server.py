@@ -88,6 +88,14 @@ def rpc_endpoints(value: str) -> list[str]:
     return endpoints
 
 
+# run's speculative values that llama-server takes under the same name, where not left at the default.
+_SAME_NAME = ("--spec-ngram-mod-n-match", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
+              *(f"--spec-{kind}-{part}" for kind in ("ngram-map-k", "ngram-map-k4v")
+                for part in ("size-n", "size-m", "min-hits")))
+_FORWARDED = (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n-min"),
+              ("draft_p_min", "--spec-draft-p-min"), *((flag[2:].replace("-", "_"), flag) for flag in _SAME_NAME))
+
+
 def server_flags(args: argparse.Namespace) -> list[str]:
     """llama-server's flags for run's: its own names, and llama.cpp's defaults for the
     speculative values run leaves at Specula's (a ceiling of 64 for our measured length is not
@@ -115,9 +123,7 @@ def server_flags(args: argparse.Namespace) -> list[str]:
         flags += ["--spec-type", ",".join(dict.fromkeys(types))]
     defaults = argparse.ArgumentParser()
     add_spec_flags(defaults)
-    for dest, flag in (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n-min"),
-                       ("draft_p_min", "--spec-draft-p-min"), ("spec_ngram_mod_n_match", "--spec-ngram-mod-n-match"),
-                       ("spec_ngram_mod_n_min", "--spec-ngram-mod-n-min"), ("spec_ngram_mod_n_max", "--spec-ngram-mod-n-max")):
+    for dest, flag in _FORWARDED:
         value = getattr(args, dest, None)
         if value is not None and value != defaults.get_default(dest):
             flags += [flag, str(value)]
