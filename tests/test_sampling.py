@@ -233,10 +233,11 @@ def test_seeded_reply_is_plain_decodings_whatever_is_drafted(tiny_loaded):
     assert_seeded_reply_is_plain_decodings(tiny_loaded("llama-f32"))
 
 
-def assert_seeded_reply_is_plain_decodings(main) -> None:
-    """With a one-hot drafter, a seed gives plain decoding's reply token for token, at any draft
-    length and under the adaptive schedule: the schedule's choices follow the machine's timings,
-    so a seed that depended on them would not reproduce (the server's seeded requests did not)."""
+def assert_seeded_reply_is_plain_decodings(main, make_drafter=lambda: PromptLookupDrafter(ngram_min=1)) -> None:
+    """With a one-hot drafter (`make_drafter` makes a new one: prompt lookup by default), a seed
+    gives plain decoding's reply token for token, at any draft length and under the adaptive
+    schedule: the schedule's choices follow the machine's timings, so a seed that depended on
+    them would not reproduce (the server's seeded requests did not)."""
     prompt = main.tokenizer.encode("def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
     kv = main.kv_model()
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=123)
@@ -250,9 +251,9 @@ def assert_seeded_reply_is_plain_decodings(main) -> None:
     plain, _ = reply(None)
     drafted_at_all = 0
     for draft_max in (1, 3, 8):
-        tokens, n_drafted = reply(PromptLookupDrafter(ngram_min=1), draft_max=draft_max, adaptive_draft=False)
+        tokens, n_drafted = reply(make_drafter(), draft_max=draft_max, adaptive_draft=False)
         assert tokens == plain, draft_max
         drafted_at_all += n_drafted
-    assert reply(PromptLookupDrafter(ngram_min=1))[0] == plain
+    assert reply(make_drafter())[0] == plain
     assert drafted_at_all > 0  # the drafts were there to judge
     assert reply(None, sampling=SamplingParams(**{**sampling.__dict__, "seed": 124}))[0] != plain

@@ -224,7 +224,7 @@ def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str,
     """Each benched drafter by name, as a function making it with nothing learned (a new
     in-memory n-gram cache or pool): none, prompt lookup, the learning kinds, and the flags' own
     (-md's model loaded once, --spec-type's combination) under _USERS."""
-    from app.engine.drafting.pair import ModParams, load_draft
+    from app.engine.drafting.pair import MapParams, ModParams, load_draft
 
     factories: dict[str, Callable[[], object]] = {NONE: lambda: make_drafter(main, NONE),
                                                   LOOKUP: lambda: make_drafter(main, LOOKUP)}
@@ -239,7 +239,8 @@ def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str,
                            n_gpu_layers=args.n_gpu_layers_draft, **backend_kwargs(args))
     factories[_USERS] = functools.partial(make_drafter, main, spec.ngram, draft=draft,
                                           draft_ctx=args.ctx_size_draft or args.ctx_size or None,
-                                          mod=ModParams(*spec.mod))
+                                          mod=ModParams(*spec.mod), map_k=MapParams(*spec.map_k),
+                                          map_k4v=MapParams(*spec.map_k4v))
     return factories
 
 

@@ -34,16 +34,16 @@ def register(sub) -> None:
     parser = sub.add_parser("compare", help="compare drafters side by side on a prompt set (table, JSON, CSV, PNG)")
     add_model_flags(parser, draft=False)
     parser.add_argument("--drafts", default="none,lookup", metavar="LIST",
-                        help="comma-separated: none (always run, the baseline), lookup, ngram-cache, ngram-mod "
-                             "(n-gram kinds joined by + are one combined drafter: lookup+ngram-cache), GGUF files, "
-                             "built-in models, or owner/repo/file.gguf from Hugging Face (default none,lookup); "
-                             "llama.cpp's own speculation as llama-server:TYPE[+TYPE] (any --spec-type of "
-                             "llama-server, started here on the same prompt ids; llama-server:none is its plain "
-                             "decoding; draft-* types use the first -md model). "
+                        help="comma-separated: none (always run, the baseline), lookup, ngram-cache, ngram-mod, "
+                             "ngram-map-k, ngram-map-k4v (n-gram kinds joined by + are one combined drafter: "
+                             "lookup+ngram-cache), GGUF files, built-in models, or owner/repo/file.gguf from Hugging "
+                             "Face (default none,lookup); llama.cpp's own speculation as llama-server:TYPE[+TYPE] (any "
+                             "--spec-type of llama-server, started here on the same prompt ids; llama-server:none is "
+                             "its plain decoding; draft-* types use the first -md model). "
                              "An ngram-cache starts empty and learns from each of its replies in turn")
     parser.add_argument("--spec-type", type=spec_types, default=None, metavar="TYPE[,TYPE...]",
-                        help="llama.cpp's name: add the n-gram types (ngram-simple = lookup, ngram-mod, "
-                             "ngram-cache), combined into one drafter as llama.cpp combines them, to --drafts; "
+                        help="llama.cpp's name: add the n-gram types (ngram-simple = lookup, ngram-mod, ngram-map-k, "
+                             "ngram-map-k4v, ngram-cache), combined into one drafter as llama.cpp combines them, to --drafts; "
                              "draft-simple is the -md model, compared in its own rows")
     parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", action="append", default=[],
                         metavar="FILE", help="add a draft model to --drafts (repeatable)")

@@ -79,13 +79,14 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
 def pair_spec(args: argparse.Namespace) -> PairSpec:
     """The flags parsed once into the engine's PairSpec; the drafting flags are checked together
     here (one line, exit 2)."""
-    from app.engine.drafting.pair import ModParams
+    from app.engine.drafting.pair import MapParams, ModParams
     from app.engine.pair_loader import PairSpec
 
     choice = spec_choice(args)
     return PairSpec(
         resolve_model_arg(args.model), resolve_model_arg(choice.draft_model) if choice.draft_model else None,
-        ngram=choice.ngram, mod=ModParams(*choice.mod), cache_file=choice.cache_file,
+        ngram=choice.ngram, mod=ModParams(*choice.mod), map_k=MapParams(*choice.map_k),
+        map_k4v=MapParams(*choice.map_k4v), cache_file=choice.cache_file,
         draft_ctx=getattr(args, "ctx_size_draft", 0) or getattr(args, "ctx_size", 0) or None, device=args.device, dtype=args.dtype,
         n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=getattr(args, "n_gpu_layers_draft", None),
         **backend_kwargs(args),

@@ -87,6 +87,14 @@ def rpc_endpoints(value: str) -> list[str]:
         raise UsageError(f"--rpc {exc}" if str(exc).startswith("needs") else f"--rpc: {exc}") from None
 
 
+# run's speculative values that llama-server takes under the same name, where not left at the default.
+_SAME_NAME = ("--spec-ngram-mod-n-match", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
+              *(f"--spec-{kind}-{part}" for kind in ("ngram-map-k", "ngram-map-k4v")
+                for part in ("size-n", "size-m", "min-hits")))
+_FORWARDED = (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n-min"),
+              ("draft_p_min", "--spec-draft-p-min"), *((flag[2:].replace("-", "_"), flag) for flag in _SAME_NAME))
+
+
 def server_engine(args: argparse.Namespace) -> "ServerEngine":
     """The engine run's flags ask for: a server at --server's URL, else llama-server started
     here with llama-server's own names for run's flags, and llama.cpp's defaults for the
@@ -101,9 +109,7 @@ def server_engine(args: argparse.Namespace) -> "ServerEngine":
     defaults = argparse.ArgumentParser()
     add_spec_flags(defaults)
     values = []
-    for dest, flag in (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n-min"),
-                       ("draft_p_min", "--spec-draft-p-min"), ("spec_ngram_mod_n_match", "--spec-ngram-mod-n-match"),
-                       ("spec_ngram_mod_n_min", "--spec-ngram-mod-n-min"), ("spec_ngram_mod_n_max", "--spec-ngram-mod-n-max")):
+    for dest, flag in _FORWARDED:
         value = getattr(args, dest, None)
         if value is not None and value != defaults.get_default(dest):
             values.append((flag, str(value)))

@@ -9,25 +9,32 @@ from __future__ import annotations
 import argparse
 from dataclasses import astuple, dataclass
 
-from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS, ModParams
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS, MapParams, ModParams
 from app.engine.errors import SpeculaError
 from app.engine.drafting.ngram_cache import not_a_cache_file
 
-IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", "ngram-cache")
+MAP_TYPES = ("ngram-map-k", "ngram-map-k4v")
+IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", *MAP_TYPES, "ngram-cache")
 # llama.cpp's other types: named, so that asking for one is "not implemented", not "unknown".
-NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v")
+NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 # --spec-type name -> the engine's drafter kind (app.engine.drafting.pair)
-ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
+ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-map-k": "ngram-map-k",
+               "ngram-map-k4v": "ngram-map-k4v", "ngram-cache": "ngram-cache"}
 MOD_DEFAULTS = astuple(ModParams())  # the engine's own (n-match, n-min, n-max)
+MAP_DEFAULTS = astuple(MapParams())  # llama.cpp's (size-n, size-m, min-hits) of both map types
 
 SPEC_TYPE_HELP = (
     "comma-separated, combined as in llama.cpp: none, draft-simple (the -md model), ngram-simple "
     "(prompt lookup, as --lookup), ngram-mod (llama.cpp's: one hashed table of the "
     "--spec-ngram-mod-n-match-token n-grams of every prompt and reply, shared by all requests, "
-    "drafting a chain of at least -n-min known tokens), ngram-cache (counts of what followed 2-4 tokens in earlier conversations, "
-    "kept in --lookup-cache-dynamic FILE; llama.cpp's also reads a static cache). Combined, the "
-    "longest n-gram match drafts (ngram-simple before ngram-cache on a tie) and the draft model "
-    "only where no n-gram matches. Default: draft-simple with -md, else none"
+    "drafting a chain of at least -n-min known tokens), ngram-map-k (llama.cpp's: what followed "
+    "the last --spec-ngram-map-k-size-n tokens earlier in this context, no longer than that key's "
+    "last draft had accepted), ngram-map-k4v (as ngram-map-k, only where one of up to 4 "
+    "continuations seen is twice as frequent as the others together), ngram-cache (counts of what "
+    "followed 2-4 tokens in earlier conversations, kept in --lookup-cache-dynamic FILE; llama.cpp's "
+    "also reads a static cache). Combined, the longest n-gram match drafts (on a tie in the order "
+    "ngram-mod, ngram-map-k4v, ngram-map-k, ngram-simple, ngram-cache) and the draft model only "
+    "where no n-gram matches. Default: draft-simple with -md, else none"
 )
 
 
@@ -79,6 +86,12 @@ def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-ngram-mod-n-match", type=int, default=n_match, metavar="N", help=f"ngram-mod: tokens an n-gram of its table matches (default {n_match}, as llama.cpp)")
     parser.add_argument("--spec-ngram-mod-n-min", type=int, default=n_min, metavar="N", help=f"ngram-mod: draft only where the table knows a chain of at least this many tokens (default {n_min}; llama.cpp's 48: it drafts the whole chain, ours the measured length)")
     parser.add_argument("--spec-ngram-mod-n-max", type=int, default=n_max, metavar="N", help=f"ngram-mod: the longest chain drafted, inside --spec-draft-n-max (default {n_max}, as llama.cpp)")
+    size_n, size_m, min_hits = MAP_DEFAULTS
+    for kind in MAP_TYPES:
+        parser.add_argument(f"--spec-{kind}-size-n", type=int, default=size_n, metavar="N", help=f"{kind}: tokens of the key looked up (default {size_n}, as llama.cpp)")
+        parser.add_argument(f"--spec-{kind}-size-m", type=int, default=size_m, metavar="N", help=f"{kind}: most tokens drafted after the key, inside --spec-draft-n-max (default {size_m}, as llama.cpp)")
+        unused = " (unused by ngram-map-k, as in llama.cpp)" if kind == "ngram-map-k" else ""
+        parser.add_argument(f"--spec-{kind}-min-hits", type=int, default=min_hits, metavar="N", help=f"{kind}: times the key must have been found before it drafts{unused} (default {min_hits})")
     parser.add_argument("-lcd", "--lookup-cache-dynamic", metavar="FILE", help="ngram-cache: the cache file to read and to update with what this run generates (default: a cache in memory, learning only within this process, e.g. across a server's requests; the window keeps one per vocabulary beside its chat history)")
 
 
@@ -90,6 +103,8 @@ class SpecChoice:
     draft_model: str | None = None
     cache_file: str | None = None
     mod: tuple[int, int, int] = MOD_DEFAULTS
+    map_k: tuple[int, int, int] = MAP_DEFAULTS
+    map_k4v: tuple[int, int, int] = MAP_DEFAULTS
 
 
 def spec_choice(args: argparse.Namespace) -> SpecChoice:
@@ -111,7 +126,17 @@ def spec_choice(args: argparse.Namespace) -> SpecChoice:
     mod = tuple(getattr(args, f"spec_ngram_mod_{k}", d) for k, d in zip(("n_match", "n_min", "n_max"), MOD_DEFAULTS))
     if "ngram-mod" in types and (mod[0] < 1 or mod[1] < 0 or mod[2] < 1):
         raise UsageError("--spec-ngram-mod-n-match and -n-max must be at least 1, -n-min at least 0")
+    maps = [_map_params(args, kind, kind in types) for kind in MAP_TYPES]
     kinds = {ENGINE_KIND[t] for t in types if t in ENGINE_KIND}
     # In the engine's tie order, whatever order they were given in.
     ngram = "+".join(k for k in NGRAM_KINDS if k in kinds) or "none"
-    return SpecChoice(ngram, draft_model, cache_file, mod)  # type: ignore[arg-type]
+    return SpecChoice(ngram, draft_model, cache_file, mod, *maps)  # type: ignore[arg-type]
+
+
+def _map_params(args: argparse.Namespace, kind: str, used: bool) -> tuple[int, int, int]:
+    """(size-n, size-m, min-hits) of an ngram-map type, checked to llama.cpp's bounds where used."""
+    flag = kind.replace("-", "_")
+    params = tuple(getattr(args, f"spec_{flag}_{k}", d) for k, d in zip(("size_n", "size_m", "min_hits"), MAP_DEFAULTS))
+    if used and not (1 <= params[0] <= 1024 and 1 <= params[1] <= 1024 and params[2] >= 1):
+        raise UsageError(f"--spec-{kind}-size-n and -size-m must be between 1 and 1024, -min-hits at least 1")
+    return params  # type: ignore[return-value]

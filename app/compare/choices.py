@@ -1,7 +1,7 @@
 """The drafts a user names (`--drafts none,lookup,PATH_OR_REPO,...`) and the configurations they make.
 
-A draft is "none", "lookup", "ngram-cache", "ngram-mod" (or n-gram kinds joined by "+", one
-combined drafter: "lookup+ngram-cache"), a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
+A draft is "none", "lookup", "ngram-cache", "ngram-mod", "ngram-map-k", "ngram-map-k4v" (or n-gram
+kinds joined by "+", one combined drafter: "lookup+ngram-cache"), a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
 a Hugging Face file as "owner/repo/file.gguf". A hub file is taken from the Hugging Face cache when
 it is there, and downloaded (into that cache, verified) only when it is not.
 
@@ -64,7 +64,7 @@ def resolve_draft(name: str, notice: Notice | None = None, draft_model: str | No
         return DraftChoice(MODEL, str(local), _label(local))  # as the window's library names a file
     repo_file = _hub_form(name)
     if repo_file is None:
-        raise SpeculaError(f"{name}: no such file (a draft is none, lookup, ngram-cache, ngram-mod or "
+        raise SpeculaError(f"{name}: no such file (a draft is none, lookup, ngram-cache, ngram-mod, ngram-map-k, ngram-map-k4v or "
                            "several joined by +, a GGUF file, a built-in model or owner/repo/file.gguf)")
     local = _hub_file(*repo_file, notice)
     return DraftChoice(MODEL, str(local), model_title(*repo_file))  # as the window names a download

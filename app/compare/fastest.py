@@ -107,7 +107,8 @@ def _fastest(run: CompareRun, config: ConfigSpec, speedup: float, why: str = "")
 
 
 # The engine's n-gram kinds by llama.cpp's --spec-type names (app.cli.spec_args.ENGINE_KIND).
-SPEC_TYPE_OF = {LOOKUP: "ngram-simple", "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
+SPEC_TYPE_OF = {LOOKUP: "ngram-simple", "ngram-mod": "ngram-mod", "ngram-map-k": "ngram-map-k",
+                "ngram-map-k4v": "ngram-map-k4v", "ngram-cache": "ngram-cache"}
 
 
 def run_flags(choice: Fastest) -> list[str]:

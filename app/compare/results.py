@@ -29,7 +29,7 @@ LLAMA_SERVER, SERVER_URL = "llama-server", "server-url"
 ENGINE_KINDS = (LLAMA_SERVER, SERVER_URL)
 # n-gram drafters, also joined by "+" into one combined drafter ("lookup+ngram-cache"): the
 # engine's kinds (app.engine.drafting.pair), named here without importing it.
-NGRAM_PARTS = ("ngram-mod", LOOKUP, "ngram-cache")
+NGRAM_PARTS = ("ngram-mod", "ngram-map-k4v", "ngram-map-k", LOOKUP, "ngram-cache")
 
 
 def is_ngram_kind(kind: str) -> bool:

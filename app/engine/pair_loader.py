@@ -17,7 +17,7 @@ from app.engine.backends import AUTO
 from app.engine.backends.llamacpp.kv import LlamaSettings
 from app.engine.drafting.compat import DraftCheck
 from app.engine.drafting.drafters import Drafter
-from app.engine.drafting.kinds import NONE, ModParams
+from app.engine.drafting.kinds import NONE, MapParams, ModParams
 from app.engine.drafting.ngram_cache import NgramCache
 from app.engine.drafting.pair import check_pair, main_vocab_key, make_drafter
 from app.engine.gguf.info import GGUFInfo, read_gguf_info
@@ -38,6 +38,8 @@ class PairSpec:
     draft_path: str | Path | None = None
     ngram: str = NONE
     mod: ModParams = ModParams()
+    map_k: MapParams = MapParams()
+    map_k4v: MapParams = MapParams()
     cache_file: str | Path | None = None  # -lcd: the n-gram cache file to read (its key checked)
     draft_ctx: int | None = None  # the draft model's context (None: its default)
     device: str = "auto"
@@ -46,6 +48,11 @@ class PairSpec:
     n_gpu_layers_draft: int | None = None
     backend: str = AUTO
     llama: LlamaSettings = LlamaSettings()
+
+
+def ngram_params(spec: PairSpec) -> dict[str, ModParams | MapParams]:
+    """The parameters of llama.cpp's n-gram types, as make_drafter takes them."""
+    return {"mod": spec.mod, "map_k": spec.map_k, "map_k4v": spec.map_k4v}
 
 
 @dataclass
@@ -64,7 +71,7 @@ class LoadedPair:
         """A fresh drafter of the same choice (a draft model's cache starts empty); `cache`:
         another n-gram cache than the pair's."""
         return make_drafter(self.main, self.spec.ngram, self.draft, self.spec.draft_ctx,
-                            cache if cache is not None else self.cache, self.spec.mod, check=self.check)
+                            cache if cache is not None else self.cache, check=self.check, **ngram_params(self.spec))
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ def load_pair(spec: PairSpec, progress: Progress | None = None, cancel: Cancel |
     if spec.draft_path is not None:
         draft, check = load_draft_for(main, spec, part_progress(progress, "draft model", share, 1.0), cancel, headers)
     cache = open_cache(main) if open_cache is not None else open_cache_file(spec, main)
-    drafter = make_drafter(main, spec.ngram, draft, spec.draft_ctx, cache, spec.mod, check=check)
+    drafter = make_drafter(main, spec.ngram, draft, spec.draft_ctx, cache, check=check, **ngram_params(spec))
     return LoadedPair(spec, main, draft, check, cache, drafter)
 
 

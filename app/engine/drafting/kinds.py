@@ -1,5 +1,5 @@
-"""The drafter kinds a user picks (the window's list, `--spec-type`, `--drafts`) and ngram-mod's
-parameters: plain names and numbers, importable without torch (the CLI parses with them before
+"""The drafter kinds a user picks (the window's list, `--spec-type`, `--drafts`) and the parameters
+of llama.cpp's n-gram types (ngram-mod, ngram-map-k, ngram-map-k4v): plain names and numbers, importable without torch (the CLI parses with them before
 anything heavy loads; app.engine.drafting.pair builds the drafters)."""
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ LOOKUP = "lookup"
 NONE = "none"
 NGRAM_CACHE = "ngram-cache"
 NGRAM_MOD = "ngram-mod"
+NGRAM_MAP_K = "ngram-map-k"
+NGRAM_MAP_K4V = "ngram-map-k4v"
 LOOKUP_CACHE = f"{LOOKUP}+{NGRAM_CACHE}"  # the window's "prompt lookup + n-gram cache"
-NGRAM_KINDS = (NGRAM_MOD, LOOKUP, NGRAM_CACHE)  # in the order a tie between matches goes
+# In the order a tie between matches goes (combined, the longest match drafts).
+NGRAM_KINDS = (NGRAM_MOD, NGRAM_MAP_K4V, NGRAM_MAP_K, LOOKUP, NGRAM_CACHE)
 
 from app.engine.seam import DEFAULT_DRAFT_MAX  # noqa: E402,F401 - defined beside the loop's seam, read from here too
 
@@ -27,3 +30,14 @@ class ModParams:
     n_match: int = 24
     n_min: int = 1
     n_max: int = 64
+
+
+@dataclass(frozen=True)
+class MapParams:
+    """`--spec-ngram-map-k-*` and `--spec-ngram-map-k4v-*` (app.engine.drafting.ngram_map), llama.cpp's
+    defaults (common/common.h): the key is the last size_n tokens, a draft at most the size_m that
+    followed it, and k4v drafts a key seen at least min_hits times (ngram-map-k ignores min_hits)."""
+
+    size_n: int = 12
+    size_m: int = 48
+    min_hits: int = 1

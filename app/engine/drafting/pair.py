@@ -14,12 +14,13 @@ from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.engine.loader import LoadedModel, load_model
 from app.engine.drafting.ngram_cache import N_MAX, NgramCache, vocab_key
 from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
+from app.engine.drafting.ngram_map import NgramMapDrafter
 from app.engine.drafting.ngram_mod import NgramModDrafter, NgramModPool
 from app.engine.drafting.text_drafter import TextDrafter
 
-# The kinds' names and ngram-mod's parameters live where the CLI can read them without torch.
-from app.engine.drafting.kinds import (LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NGRAM_KINDS, NGRAM_MOD,  # noqa: F401
-                                      NONE, ModParams)
+# The kinds' names and the n-gram types' parameters live where the CLI can read them without torch.
+from app.engine.drafting.kinds import (LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NGRAM_KINDS, NGRAM_MAP_K,  # noqa: F401
+                                      NGRAM_MAP_K4V, NGRAM_MOD, NONE, MapParams, ModParams)
 
 
 def kind_parts(kind: str) -> list[str]:
@@ -78,17 +79,21 @@ def make_drafter(
     cache: NgramCache | None = None,
     mod: ModParams = ModParams(),
     check: DraftCheck | None = None,
+    map_k: MapParams = MapParams(),
+    map_k4v: MapParams = MapParams(),
 ) -> Drafter:
-    """kind: "none", or n-gram drafters joined by "+" ("lookup", "ngram-cache", "ngram-mod");
-    with `draft` (a loaded draft model) the n-gram drafters go first and the model drafts when
-    none of them matches. "ngram-cache" uses `cache` (an in-memory one when None). `check`: the
+    """kind: "none", or n-gram drafters joined by "+" ("lookup", "ngram-cache", "ngram-mod",
+    "ngram-map-k", "ngram-map-k4v"); with `draft` (a loaded draft model) the n-gram drafters go
+    first and the model drafts when none of them matches. "ngram-cache" uses `cache` (an
+    in-memory one when None); mod, map_k and map_k4v are those types' parameters. `check`: the
     draft's check against the main model, where the caller made it (else it is made here)."""
     model = _model_drafter(main, draft, draft_ctx, check) if draft is not None else None
     kinds = kind_parts(kind)
     # Combined, lookup matches up to the cache's longest n-gram, so that "longest match first"
     # compares like with like (else the cache's 4-grams would always beat lookup's 3-grams).
     lookup_max = N_MAX if NGRAM_CACHE in kinds else 3
-    parts = [_ngram_drafter(main, part, cache, mod, lookup_max) for part in kinds]
+    params = {NGRAM_MOD: mod, NGRAM_MAP_K: map_k, NGRAM_MAP_K4V: map_k4v}
+    parts = [_ngram_drafter(main, part, cache, params.get(part), lookup_max) for part in kinds]
     if not parts:
         return model or NoDrafter()
     if len(parts) == 1 and model is None:
@@ -105,10 +110,12 @@ def _model_drafter(main: LoadedModel, draft: LoadedModel, draft_ctx: int | None,
     return ModelDrafter(draft.kv_model(draft_ctx), vocab, name=draft.path.stem)
 
 
-def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None, mod: ModParams,
-                   lookup_max: int = 3) -> Drafter:
+def _ngram_drafter(main: LoadedModel, part: str, cache: NgramCache | None,
+                   params: ModParams | MapParams | None, lookup_max: int = 3) -> Drafter:
     if part == LOOKUP:
         return PromptLookupDrafter(ngram_max=lookup_max)
-    if part == NGRAM_MOD:
-        return NgramModDrafter(NgramModPool(mod.n_match), mod.n_min, mod.n_max)
+    if isinstance(params, ModParams):  # ngram-mod
+        return NgramModDrafter(NgramModPool(params.n_match), params.n_min, params.n_max)
+    if isinstance(params, MapParams):  # ngram-map-k, ngram-map-k4v
+        return NgramMapDrafter(params, key_only=part == NGRAM_MAP_K)
     return NgramCacheDrafter(cache if cache is not None else open_cache(main, None))
