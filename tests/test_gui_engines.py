@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from app.engine.llama_server.keys import KEYS_FILE
 from app.engine.llama_server.process import LlamaServer
 from app.ui.format import stats_line
-from app.worker.requests import AT_URL, HERE, LLAMA_SERVER, NONE, GenSettings
+from app.worker.requests import AT_URL, HERE, LLAMA_SERVER, MODEL, GenSettings
 from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, send, shot, start_reply  # noqa: F401
 from tests.test_llama_server import _require_server, _run, _workers
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
@@ -77,7 +77,8 @@ def test_llama_server_ngram_mod_streams_into_the_chat_with_its_own_counts(qtbot,
     assert error == "" and summary["n_drafted"] > 0 and summary["n_accepted"] > 0
     charts = window.charts
     charts.redraw()
-    assert sum(charts.drafted_by_position()) == summary["n_steps"]  # one draft per verify step
+    assert charts.drafted_by_position()[0] == summary["n_steps"]  # each verify step's first draft position
+    assert sum(charts.drafted_by_position()) == summary["n_drafted"]
     assert charts.cumulative_acceptance_points()[-1][1] == pytest.approx(summary["n_accepted"] / summary["n_drafted"])
     assert sum(charts.accepted_by_position()) == summary["n_accepted"]
     line = stats_line(summary)
@@ -157,3 +158,70 @@ def test_a_model_split_across_two_rpc_workers_and_a_worker_killed_mid_reply(qtbo
     assert window.loaded_facts is not None and window.loaded_facts.get("engine_line") is None
     window.controller.new_chat()
     assert send(qtbot, window, "Once upon a time", greedy)["text"] == local["text"]
+
+
+def test_draft_types_offer_the_draft_models_and_a_worker_off_loopback_is_warned_about(qtbot, data_dir, tiny_paths):
+    from app.engine.llama_server.session import LLAMA_SPEC_TYPES, RPC_WARNING
+
+    window = open_window(qtbot)
+    add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-q8"]])
+    picker = window.picker
+    assert picker.select_main(str(tiny_paths["llama-f32"]))
+    engine = picker.engine
+    assert [engine.spec_type.itemData(i) for i in range(engine.spec_type.count())] == list(LLAMA_SPEC_TYPES)
+    choose(window, LLAMA_SERVER, "draft-simple")
+    assert picker.draft_box.isVisible()
+    shown = [picker.draft_combo.itemText(r) for r in range(picker.draft_combo.count())
+             if not picker.draft_combo.view().isRowHidden(r)]
+    assert shown and all("lookup" not in t.lower() and "none" not in t.lower() for t in shown)
+    assert picker.draft_choice()[0] == MODEL  # one is chosen for it
+    assert picker.select_draft(MODEL, str(tiny_paths["llama-q8"]))
+    spec = picker.spec()
+    assert spec.runs_on == LLAMA_SERVER and spec.spec_type == "draft-simple" and spec.draft_path == str(tiny_paths["llama-q8"])
+    engine.rpc.setText("10.0.0.7:50052")
+    assert engine.rpc_note.text().count(RPC_WARNING.split(":")[0]) == 1 and engine.rpc_note.isVisible()
+    shot(window, "50-window-model-llama-server-draft-simple")
+    shot(picker, "50-window-model-llama-server-draft-simple-whole-tab")  # the Draft box below the fold
+    engine.rpc.setText("nohost")
+    press_load(qtbot, window)  # refused before anything starts, in one line
+    assert window.loaded_facts is None and "'nohost' is not HOST:PORT" in picker.state_label.text()
+
+
+class _Garbage(__import__("http.server").server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"<html>not a llama-server \x1b[2J</html>")
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_url_that_answers_garbage_is_one_line(qtbot, data_dir):
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        window = open_window(qtbot)
+        choose(window, AT_URL, url=f"http://127.0.0.1:{server.server_address[1]}")
+        press_load(qtbot, window)
+        text = window.picker.state_label.text()
+        assert window.loaded_facts is None and "is not JSON" in text and "\x1b" not in text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_cancelled_start_stops_llama_server_and_leaves_no_process(tiny_paths):
+    """The Model tab's Cancel while llama-server loads: the host's cancel flag reaches the wait."""
+    from app.engine.errors import LoadCancelled
+
+    _require_server()
+    server = LlamaServer(tiny_paths["llama-q8"], ["-t", "1"])
+    with pytest.raises(LoadCancelled):
+        server.start(cancelled=lambda: True)
+    assert server._process is None and not server.running()

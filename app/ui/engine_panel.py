@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLineEdit, QVBo
 
 from app.engine.llama_server.session import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints,
                                              off_loopback)
+from app.ui.format import html_text
 from app.ui.style import small_muted_label
 from app.worker.requests import AT_URL, HERE, LLAMA_SERVER
 
@@ -66,13 +67,13 @@ class EnginePanel(QGroupBox):
         self.form = QFormLayout()
         self.form.addRow("Speculative type", self.spec_type)
         self.form.addRow("RPC workers", self.rpc)
-        self.form.addRow("", self.rpc_note)
         self.form.addRow("URL", self.url)
         self.form.addRow("API key", self.key)
         layout = QVBoxLayout(self)
         layout.addWidget(self.runs_combo)
         layout.addWidget(self.about)
         layout.addLayout(self.form)
+        layout.addWidget(self.rpc_note)  # outside the form: a wrapped label in a form row is cut off
         self._key_stored = False
         self.runs_combo.currentIndexChanged.connect(self._refresh)
         self.spec_type.currentIndexChanged.connect(self._refresh)
@@ -136,7 +137,7 @@ class EnginePanel(QGroupBox):
         for widget, shown in ((self.spec_type, runs_on == LLAMA_SERVER), (self.rpc, runs_on == LLAMA_SERVER),
                               (self.url, runs_on == AT_URL), (self.key, runs_on == AT_URL)):
             self.form.setRowVisible(widget, shown)
-        self.form.setRowVisible(self.rpc_note, runs_on == LLAMA_SERVER and bool(self._rpc_note()))
+        self.rpc_note.setVisible(runs_on == LLAMA_SERVER and bool(self._rpc_note()))
         self.rpc_note.setText(self._rpc_note())
         self.changed.emit()
 
@@ -155,14 +156,9 @@ class EnginePanel(QGroupBox):
         try:
             endpoints = check_rpc_endpoints(text)
         except ValueError as exc:
-            return f"<span style='color:#b91c1c'>{_escape(str(exc))}</span>"
+            return f"<span style='color:#b91c1c'>{html_text(str(exc))}</span>"
         if off_loopback(endpoints):
-            return f"<span style='color:#b45309'>{_escape(RPC_WARNING)}</span>"
+            return f"<span style='color:#b45309'>{html_text(RPC_WARNING)}</span>"
         return f"the main model's layers are split across {len(endpoints)} worker(s) on this computer"
 
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 

@@ -292,8 +292,9 @@ class MainWindow(QMainWindow):
         self.panel.set_base_model(not facts.get("chat_template", True))
         self.panel.input.setFocus()
         self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
-        self._set_pair_label(f"{facts['main_name']} · {facts['engine_line']}")
-        how = "connected to" if facts.get("runs_on") == AT_URL else "started"
+        at_url = facts.get("runs_on") == AT_URL  # the line names the URL, which is its name
+        self._set_pair_label(facts["engine_line"] if at_url else f"{facts['main_name']} · {facts['engine_line']}")
+        how = "connected to" if at_url else "started"
         self.show_message(f"{how} {facts['engine_line']} in {facts['load_s']:.1f} s")
         spec = self.picker.loaded_spec()
         if spec is not None:

@@ -643,6 +643,6 @@ def _small_label(text: str = "") -> QLabel:
 
 
 def _escape(text: str) -> str:
-    import html
+    from app.ui.format import html_text  # Qt's rich text shows html.escape's &#x27; as it is
 
-    return html.escape(text)
+    return html_text(text)
