@@ -177,7 +177,8 @@ def test_draft_types_offer_the_draft_models_and_a_worker_off_loopback_is_warned_
     assert picker.draft_choice()[0] == MODEL  # one is chosen for it
     assert picker.select_draft(MODEL, str(tiny_paths["llama-q8"]))
     spec = picker.spec()
-    assert spec.runs_on == LLAMA_SERVER and spec.spec_type == "draft-simple" and spec.draft_path == str(tiny_paths["llama-q8"])
+    assert spec.runs_on == LLAMA_SERVER and spec.spec_type == "draft-simple"
+    assert spec.draft_path == str(tiny_paths["llama-q8"])
     engine.rpc.setText("10.0.0.7:50052")
     assert engine.rpc_note.text().count(RPC_WARNING.split(":")[0]) == 1 and engine.rpc_note.isVisible()
     shot(window, "50-window-model-llama-server-draft-simple")
