@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 from app.engine.atomic import write_atomic
 from app.engine.errors import SpeculaError
 from app.engine.loop.events import StepEvent
-from app.ui.format import stats_line
+from app.ui.format import html_text, stats_line
 
 __all__ = ["LiveCharts", "stats_line"]  # stats_line: the line under a reply, re-exported here
 
@@ -54,6 +54,7 @@ class LiveCharts(QWidget):
         self._drafted_at: list[int] = []
         self._accepted_at: list[int] = []
         self._reference: float | None = None
+        self._note: str | None = None  # what the engine cannot show (a server without draft counts)
         self._dirty = False
         self.redraw_count = 0  # for tests and the self-test: how many times the charts were drawn
 
@@ -159,10 +160,11 @@ class LiveCharts(QWidget):
         if self._reference is not None:
             speed += f" {_key(muted, '┄')} no draft"
         accept = f"{_key(ACCEPT.name(), '━●')} last {ROLLING_STEPS} steps {_key(text.name(), '┄○')} whole reply"
+        note = f"<span style='color:#b45309'>{html_text(self._note)}</span>" if self._note else ""
         titles = {
             self._speed_plot: _title("Tokens per second", speed),
-            self._accept_plot: _title("Acceptance rate", accept),
-            self._position_plot: _title("Acceptance by draft position", ""),
+            self._accept_plot: _title("Acceptance rate", note or accept),
+            self._position_plot: _title("Acceptance by draft position", note),
         }
         for plot, title in titles.items():
             plot.getPlotItem().setTitle(title, color=text.name(), size="10pt")
@@ -198,6 +200,8 @@ class LiveCharts(QWidget):
         t = event.timestamp - self._origin
         self._add_speed(event.timestamp, t, len(event.tokens))
         if event.n_drafted > 0:
+            if self._note:
+                self.set_acceptance_note(None)
             self._add_acceptance(t, event.n_drafted, event.n_accepted)
         self._dirty = True
         if not self._timer.isActive():
@@ -237,6 +241,16 @@ class LiveCharts(QWidget):
                 self._accepted_at.append(0)
             self._drafted_at[i] += 1
             self._accepted_at[i] += int(i < n_accepted)
+
+    def set_acceptance_note(self, note: str | None) -> None:
+        """One line in the acceptance charts' titles where the engine cannot give them data (a
+        server that reports no draft counts), instead of empty axes read as 0%; None clears it.
+        A step with drafts clears it too."""
+        self._note = note or None
+        self._set_titles()
+
+    def acceptance_note(self) -> str | None:
+        return self._note
 
     def set_reference_tps(self, tps: float | None) -> None:
         """The no-draft speed of this pair as a dashed line (None hides it)."""

@@ -45,7 +45,7 @@ from app.ui.wheel_guard import guard_wheel
 from app.ui.paths import history_path, open_settings
 from app.worker.host import HostThread
 from app.worker.serving import ServerControl
-from app.worker.requests import DRAFTER_TEXT, NONE, GenSettings, PairSpec
+from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairSpec
 from app.worker.tasks import wait_for_tasks
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,7 @@ class MainWindow(QMainWindow):
         self.picker.cancelRequested.connect(self.cancel_load)
         self.controller.message.connect(self.show_message)
         self.controller.busyChanged.connect(self._on_busy)
+        self.controller.replyFinished.connect(self._on_reply_finished)
         self.controller.chatOpened.connect(self._on_chat_opened)
         self.chat_list.chatSelected.connect(self._on_chat_selected)
         self.chat_list.newChatRequested.connect(self.controller.new_chat)
@@ -261,6 +262,10 @@ class MainWindow(QMainWindow):
         self.loaded_facts = facts
         self.picker.set_loading(False)
         self.picker.set_loaded(facts, spec)
+        self.charts.set_acceptance_note(None)
+        if facts.get("engine_line"):
+            self._on_server_loaded(facts)
+            return
         self.serve_panel.set_available(True)
         self.panel.set_model_loaded(True)
         self.panel.set_base_model(not facts.get("chat_template", True))  # base models: plain completion
@@ -279,6 +284,27 @@ class MainWindow(QMainWindow):
             self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
         if spec is not None and not swap_error:
             self.settings.setValue("pair/last", json.dumps(spec.__dict__))
+
+    def _on_server_loaded(self, facts: dict) -> None:
+        """llama-server started here, or the server at a URL answered: the chat replies on it."""
+        self.serve_panel.set_available(False, "it serves Specula's own engine; this model runs on llama-server")
+        self.panel.set_model_loaded(True)
+        self.panel.set_base_model(not facts.get("chat_template", True))
+        self.panel.input.setFocus()
+        self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
+        at_url = facts.get("runs_on") == AT_URL  # the line names the URL, which is its name
+        self._set_pair_label(facts["engine_line"] if at_url else f"{facts['main_name']} · {facts['engine_line']}")
+        how = "connected to" if at_url else "started"
+        self.show_message(f"{how} {facts['engine_line']} in {facts['load_s']:.1f} s")
+        spec = self.picker.loaded_spec()
+        if spec is not None:
+            self.settings.setValue("pair/last", json.dumps(spec.__dict__))
+
+    def _on_reply_finished(self, summary: dict | None, error: str) -> None:
+        """A server at a URL that counted no drafts: the acceptance charts say so, not zeros."""
+        facts = self.loaded_facts or {}
+        if facts.get("runs_on") == AT_URL and summary is not None and not summary.get("n_drafted"):
+            self.charts.set_acceptance_note("this server reports no draft counts (it drafted none): tok/s only")
 
     def _title(self, path: str | None, fallback: str | None) -> str | None:
         entry = next((e for e in self.library.entries() if path and e.path == path), None)
@@ -430,6 +456,11 @@ class MainWindow(QMainWindow):
         last = _json(self.settings.value("pair/last"))
         if not last:
             return
+        engine = self.picker.engine
+        engine.set_runs_on(str(last.get("runs_on", "here")))
+        engine.set_spec_type(str(last.get("spec_type") or "ngram-mod"))
+        engine.url.setText(str(last.get("server_url") or ""))
+        engine.rpc.setText(str(last.get("rpc") or ""))
         if self.picker.select_main(str(last.get("main_path", ""))):
             self.picker.select_draft(str(last.get("drafter", "lookup")), last.get("draft_path"))
             self.picker.main_offload.set_gpu_layers(last.get("main_gpu_layers"))

@@ -28,13 +28,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.drafting.compat import DraftCheck, check_draft
+from app.engine.llama_server.keys import keys_path, read_key, save_key
 from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
+from app.ui.engine_panel import EnginePanel
 from app.ui.library import LibraryEntry, entry_path
 from app.ui.offload import OffloadControl
 from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
 from app.worker.engine_calls import keeps_main
-from app.worker.requests import DRAFTER_TEXT, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE, NONE, PairSpec
+from app.worker.requests import (AT_URL, DRAFTER_TEXT, HERE, LLAMA_SERVER, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE,
+                                 NONE, PairSpec)
 
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -116,12 +119,16 @@ class PairPicker(QWidget):
         self.pending_label = _note_label()
         self.pending_label.setObjectName("pendingChange")
 
-        main_box = QGroupBox("Main model")
+        self.engine = EnginePanel()
+        self.engine.changed.connect(self._on_engine_changed)
+        self.engine.url.textChanged.connect(self._show_key_stored)
+
+        main_box = self.main_box = QGroupBox("Main model")
         main_layout = QVBoxLayout(main_box)
         for widget in (self.main_combo, self.main_facts, self.main_offload, self.backend_combo, self.backend_note,
                        self.plan_label):
             main_layout.addWidget(widget)
-        draft_box = QGroupBox("Draft")
+        draft_box = self.draft_box = QGroupBox("Draft")
         draft_layout = QVBoxLayout(draft_box)
         for widget in (self.draft_combo, self.draft_facts, self.draft_offload):
             draft_layout.addWidget(widget)
@@ -131,6 +138,7 @@ class PairPicker(QWidget):
         buttons.addWidget(self.progress, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.engine)
         layout.addWidget(main_box)
         layout.addWidget(draft_box)
         layout.addWidget(self.pending_label)
@@ -235,25 +243,49 @@ class PairPicker(QWidget):
         self.selectionChanged.emit()
 
     def spec(self) -> PairSpec | None:
+        runs_on = self.engine.runs_on()
+        if runs_on == AT_URL:  # the server's own model and speculation
+            url = self.engine.server_url()
+            if self.engine.problem():
+                return None
+            return PairSpec(main_path=url, runs_on=AT_URL, server_url=url, key_store=str(keys_path(data_dir())))
         main = self.main_entry()
-        if main is None:
+        if main is None or self.engine.problem():
             return None
         kind, draft_path = self.draft_choice()
+        if runs_on == LLAMA_SERVER:
+            if not self.engine.needs_draft_model():
+                kind, draft_path = NONE, None
+            elif kind != MODEL:
+                return None
         return PairSpec(
             main_path=main.path,
             drafter=kind,
             draft_path=draft_path if kind == MODEL else None,
             main_gpu_layers=self.main_offload.gpu_layers(),
             draft_gpu_layers=self.draft_offload.gpu_layers() if kind == MODEL else None,
-            backend=self.backend(),
-            ngram_dir=str(data_dir() / NGRAM_FOLDER),  # every drafter's replies teach the cache
+            backend=self.backend() if runs_on == HERE else "auto",
+            ngram_dir=str(data_dir() / NGRAM_FOLDER) if runs_on == HERE else None,  # every drafter's replies teach it
+            runs_on=runs_on,
+            spec_type=self.engine.spec_type_value() if runs_on == LLAMA_SERVER else "none",
+            rpc=self.engine.rpc_text(),
         )
+
+    def problem(self) -> str | None:
+        """Why Load cannot start what is chosen (one line), or None."""
+        problem = self.engine.problem()
+        if problem is None and self.engine.runs_on() != AT_URL and self.main_entry() is None:
+            problem = "choose a main model (add a GGUF file in the Library tab)"
+        if problem is None and self.engine.needs_draft_model() and self.draft_choice()[0] != MODEL:
+            problem = (f"--spec-type {self.engine.spec_type_value()} needs a draft model: choose one under Draft "
+                       "(a small model with the main model's vocabulary)")
+        return problem
 
     # --- loading state ------------------------------------------------------------------------
 
     def set_loading(self, loading: bool) -> None:
         self._loading = loading
-        for widget in (self.main_combo, self.draft_combo, self.main_offload, self.draft_offload,
+        for widget in (self.engine, self.main_combo, self.draft_combo, self.main_offload, self.draft_offload,
                        self.backend_combo, self.load_button):
             widget.setEnabled(not loading)
         self.cancel_button.setEnabled(loading)
@@ -337,16 +369,61 @@ class PairPicker(QWidget):
     # --- reactions ----------------------------------------------------------------------------
 
     def _on_load(self) -> None:
-        spec = self.spec()
-        if spec is not None:
-            self.loadRequested.emit(spec)
+        problem = self.problem()
+        if problem is None and self.engine.runs_on() == AT_URL and self.engine.typed_key():
+            problem = self._store_key()
+        spec = None if problem else self.spec()
+        if spec is None:
+            self.state_label.setText(f"<span style='color:#b91c1c'>{_escape(problem or 'nothing to load')}</span>")
+            return
+        self.loadRequested.emit(spec)
+
+    def _store_key(self) -> str | None:
+        """Keep the typed key for the URL (owner-only file) and clear the field: it is never shown
+        back. None, or why it could not be stored."""
+        try:
+            save_key(keys_path(data_dir()), self.engine.server_url(), self.engine.typed_key())
+        except (OSError, ValueError) as exc:
+            return f"the API key could not be stored: {getattr(exc, 'strerror', None) or exc}"
+        self.engine.key.clear()
+        self._show_key_stored()
+        return None
+
+    def _show_key_stored(self) -> None:
+        url = self.engine.server_url()
+        self.engine.set_key_stored(bool(url) and read_key(keys_path(data_dir()), url) is not None)
+
+    def _on_engine_changed(self) -> None:
+        """Show the parts the chosen engine uses: no main model or draft for a server at a URL
+        (its own), no backend for llama-server (llama.cpp is it), the draft list for llama.cpp's
+        draft-* types only, offering draft models alone."""
+        runs_on = self.engine.runs_on()
+        self.main_box.setVisible(runs_on != AT_URL)
+        self.backend_combo.setVisible(runs_on == HERE)
+        self.draft_box.setVisible(runs_on == HERE or self.engine.needs_draft_model())
+        self._show_draft_rows()
+        self.load_button.setEnabled(not self._loading and (runs_on == AT_URL or self.main_entry() is not None))
+        self.selectionChanged.emit()
+
+    def _show_draft_rows(self) -> None:
+        """For llama.cpp's draft-* types only the draft models are offered (and one is chosen)."""
+        models_only = self.engine.needs_draft_model()
+        view = self.draft_combo.view()
+        model = self.draft_combo.model()
+        for row in range(self.draft_combo.count()):
+            view.setRowHidden(row, models_only and model.item(row).data(KIND_ROLE) != MODEL)
+        if models_only and self.draft_choice()[0] != MODEL:
+            first = next((r for r in range(self.draft_combo.count()) if model.item(r).data(KIND_ROLE) == MODEL
+                          and model.item(r).isEnabled()), None)
+            if first is not None:
+                self.draft_combo.setCurrentIndex(first)
 
     def _on_main_changed(self, _index: int = 0) -> None:
         main = self.main_entry()
         self.main_facts.setText(main_facts_text(main))
         self.main_offload.set_model(main.info if main is not None else None)
         self._fill_drafts(main)
-        self.load_button.setEnabled(main is not None and not self._loading)
+        self.load_button.setEnabled((main is not None or self.engine.runs_on() == AT_URL) and not self._loading)
         self.selectionChanged.emit()
 
     def _fill_drafts(self, main: LibraryEntry | None) -> None:
@@ -375,6 +452,7 @@ class PairPicker(QWidget):
             self._replaced = self._why_not_kept(kind, path, main, itself)
         self.draft_combo.blockSignals(False)
         self._show_draft()
+        self._show_draft_rows()
 
     def _why_not_kept(self, kind: str, path: str | None, main: LibraryEntry | None, itself: set) -> str | None:
         """Why the user's draft model gave way to prompt lookup for this main model (one line,
@@ -408,7 +486,7 @@ class PairPicker(QWidget):
         self.selectionChanged.emit()
 
     def _refresh_draft_controls(self) -> None:
-        self.draft_offload.setVisible(self.draft_choice()[0] == MODEL)
+        self.draft_offload.setVisible(self.draft_choice()[0] == MODEL and self.engine.runs_on() != AT_URL)
 
 
 def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same: bool = False) -> QStandardItem:
@@ -446,6 +524,8 @@ def main_facts_text(main: LibraryEntry | None) -> str:
 
 def plan_text(facts: dict[str, Any]) -> str:
     """What the loaded main model runs on and why."""
+    if facts.get("engine_line"):  # llama-server here or at a URL (app.worker.server_engine)
+        return f"Runs on {facts['engine_line']}"
     plan = facts.get("main_plan") or "?"
     reason = facts.get("main_plan_reason")
     if facts.get("backend") == "llama.cpp":  # the plan names the backend: say why it was chosen
@@ -460,6 +540,9 @@ def plan_text(facts: dict[str, Any]) -> str:
 def loaded_text(facts: dict[str, Any]) -> str:
     from app.engine.gguf.info import format_bytes
 
+    if facts.get("engine_line"):
+        took = "connected" if facts.get("runs_on") == AT_URL else "started"
+        return f"{took.capitalize()} in {facts.get('load_s', 0):.1f} s: {facts['engine_line']}"
     draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
     if facts.get("ngram_entries") is not None and facts.get("drafter") in (NGRAM_CACHE, LOOKUP_CACHE):
         draft += f" ({facts['ngram_entries']:,} word sequences learned)"
@@ -493,7 +576,10 @@ def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap
         return DRAFTER_TEXT.get(spec.drafter, spec.drafter)
 
     changes = []
-    if chosen.main_path != loaded.main_path:
+    engine = (chosen.runs_on, chosen.spec_type, chosen.rpc, chosen.server_url)
+    if engine != (loaded.runs_on, loaded.spec_type, loaded.rpc, loaded.server_url):
+        changes.append(f"where it runs ({_where(chosen)})")
+    if chosen.main_path != loaded.main_path and chosen.runs_on != AT_URL:
         changes.append(f"main model {names.get(chosen.main_path, Path(chosen.main_path).stem)}")
     else:
         notes = pending_notes(loaded, chosen)
@@ -508,6 +594,14 @@ def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap
     action = ("Apply changes only the drafter: the main model stays loaded." if swap else
               f"Load replaces {running}, which runs until then.")
     return f"Chosen, not running yet: {', '.join(changes)}. {action}"
+
+
+def _where(spec: PairSpec) -> str:
+    if spec.runs_on == AT_URL:
+        return spec.server_url or "a URL"
+    if spec.runs_on == LLAMA_SERVER:
+        return f"llama-server --spec-type {spec.spec_type}" + (f" over RPC workers {spec.rpc}" if spec.rpc else "")
+    return "this computer"
 
 
 def _layers(value: int | None) -> str:
@@ -549,6 +643,6 @@ def _small_label(text: str = "") -> QLabel:
 
 
 def _escape(text: str) -> str:
-    import html
+    from app.ui.format import html_text  # Qt's rich text shows html.escape's &#x27; as it is
 
-    return html.escape(text)
+    return html_text(text)

@@ -107,8 +107,8 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
 def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
     """True when `new` differs from the loaded `old` only in how it drafts (drafter, draft file,
     draft offload): the loaded main model can stay, as LM Studio loads a draft beside it."""
-    if old is None or new is None or old == new:
-        return False
+    if old is None or new is None or old == new or old.on_server or new.on_server:
+        return False  # llama-server takes its draft at start: a change restarts it
     return replace(new, drafter=old.drafter, draft_path=old.draft_path, draft_gpu_layers=old.draft_gpu_layers) == old
 
 

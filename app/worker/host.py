@@ -103,15 +103,17 @@ class ModelHost(QObject):
     @Slot(object, object)
     def _load(self, spec: PairSpec, cancel: threading.Event) -> None:
         from app.worker.engine_calls import can_swap_drafter, load_pair
+        from app.worker.server_engine import load_server
 
-        if can_swap_drafter(self._pair, spec):
+        if not spec.on_server and can_swap_drafter(self._pair, spec):
             self._swap(spec, cancel)
             return
         facts: dict[str, Any] | None = None
         error = "loading stopped"
         try:
             self._drop_pair()  # free the old pair's memory before loading the new one
-            pair = load_pair(spec, self.loadProgress.emit, cancel.is_set)
+            loader = load_server if spec.on_server else load_pair
+            pair = loader(spec, self.loadProgress.emit, cancel.is_set)
             if cancel.is_set():
                 raise_cancelled()
             self._pair, facts = pair, pair.facts
@@ -145,10 +147,8 @@ class ModelHost(QObject):
 
     @Slot(object, object)
     def _generate(self, request: ChatRequest, cancel: threading.Event) -> None:
-        from app.engine.loop.chat import ChatSession
         from app.engine.errors import SpeculaError
         from app.engine.loop.events import DoneEvent
-        from app.worker.engine_calls import decode_settings
 
         summary: dict[str, Any] | None = None
         error = ""
@@ -156,12 +156,7 @@ class ModelHost(QObject):
         try:
             if pair is None:
                 raise SpeculaError("no model is loaded: pick a main model and press Load")
-            settings = decode_settings(request.settings)
-            session = ChatSession(
-                pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages(),
-                plain=request.plain,
-            )
-            for event in session.reply(request.user_text, pair.drafter, settings, cancel.is_set):
+            for event in self._reply_events(pair, request, cancel):
                 if isinstance(event, DoneEvent):
                     summary = event.summary.to_dict()
                 else:
@@ -176,6 +171,24 @@ class ModelHost(QObject):
         if pair is not None:
             pair.save_cache()  # after `finished`: the window does not wait for the write
 
+    @staticmethod
+    def _reply_events(pair, request: ChatRequest, cancel: threading.Event):
+        """The reply's events from the engine that runs the pair: Specula's own loop here, or a
+        llama-server (app.worker.server_engine); the same StepEvents and DoneEvent either way."""
+        from app.engine.loop.chat import ChatSession
+        from app.worker.engine_calls import decode_settings
+        from app.worker.server_engine import ServerPair, reply_events
+
+        if isinstance(pair, ServerPair):
+            return reply_events(pair, request, cancel.is_set)
+        session = ChatSession(pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages(),
+                              plain=request.plain)
+        return session.reply(request.user_text, pair.drafter, decode_settings(request.settings), cancel.is_set)
+
+    def release(self) -> None:
+        """Drop the pair (stopping a llama-server it started); called once the thread has ended."""
+        self._drop_pair()
+
     @Slot()
     def _unload(self) -> None:
         self._drop_pair()
@@ -184,7 +197,11 @@ class ModelHost(QObject):
     def _drop_pair(self) -> None:
         if self._pair is None:
             return
-        self._pair = None
+        pair, self._pair = self._pair, None
+        close = getattr(pair, "close", None)  # a ServerPair: stop the llama-server it started
+        if close is not None:
+            close()
+        del pair
         import gc
 
         gc.collect()
@@ -218,6 +235,8 @@ class HostThread:
         self.host.cancel()
         self.thread.quit()
         stopped = self.thread.wait(int(timeout_s * 1000))
+        if stopped:
+            self.host.release()  # no llama-server outlives the window
         if not stopped:
             log.warning("model thread still busy after %.0f s", timeout_s)
         return stopped

@@ -14,6 +14,10 @@ from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
 NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats
 KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, MODEL)
+# Where the model runs (the Model tab's "Where it runs"): Specula's own loop in this process,
+# llama-server started here (llama.cpp's own engine and --spec-type), or a server at a URL.
+HERE, LLAMA_SERVER, AT_URL = "here", "llama-server", "url"
+RUNS_ON = (HERE, LLAMA_SERVER, AT_URL)
 DRAFTER_TEXT = {NONE: "no drafting", LOOKUP: "prompt lookup", NGRAM_CACHE: "n-gram cache",
                 LOOKUP_CACHE: "prompt lookup + n-gram cache"}  # a model is called by its name
 
@@ -33,12 +37,27 @@ class PairSpec:
     # The folder of the n-gram caches (one file per main vocabulary), beside the chat history;
     # None: an n-gram cache in memory only.
     ngram_dir: str | None = None
+    runs_on: str = HERE  # one of RUNS_ON
+    spec_type: str = "none"  # llama-server's --spec-type (LLAMA_SERVER); its draft-* types read draft_path
+    server_url: str | None = None  # AT_URL: the server (main_path holds it too, for what shows it)
+    rpc: str = ""  # LLAMA_SERVER: HOST:PORT,... of llama.cpp rpc-server workers the main model is split across
+    # The file of stored API keys (app.engine.llama_server.keys): the key itself never travels in a
+    # request, a signal or the settings; the worker reads it where it sends it.
+    key_store: str | None = None
 
     @property
     def learns(self) -> bool:
-        return self.drafter in (NGRAM_CACHE, LOOKUP_CACHE)
+        return self.runs_on == HERE and self.drafter in (NGRAM_CACHE, LOOKUP_CACHE)
+
+    @property
+    def on_server(self) -> bool:
+        return self.runs_on != HERE
 
     def __post_init__(self) -> None:
+        if self.runs_on not in RUNS_ON:
+            raise ValueError(f"unknown place to run {self.runs_on!r}")
+        if self.runs_on == AT_URL and not self.server_url:
+            raise ValueError("a server at a URL was chosen but no URL given")
         if self.drafter not in KINDS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.drafter == MODEL and not self.draft_path:

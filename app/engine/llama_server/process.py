@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.client import ServerClient, ServerError
@@ -61,7 +61,9 @@ class LlamaServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> ServerClient:
+    def start(self, cancelled: Callable[[], bool] | None = None) -> ServerClient:
+        """Start it and wait until it answers; `cancelled()` true stops the wait (and the server):
+        the window's Cancel while a large model loads."""
         program = find_program(SERVER)
         if program is None:
             raise ServerStartError(missing_reason(SERVER))
@@ -73,15 +75,19 @@ class LlamaServer:
         self._process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
         self.client = ServerClient(self.url)
         try:
-            self._wait_ready()
+            self._wait_ready(cancelled)
         except BaseException:
             self.stop()
             raise
         return self.client
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, cancelled: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
+            if cancelled is not None and cancelled():
+                from app.engine.errors import LoadCancelled
+
+                raise LoadCancelled("loading cancelled")
             if self._process.poll() is not None:
                 raise ServerStartError(f"llama-server stopped while starting (exit {self._process.returncode}): "
                                        f"{self.log_tail()}")

@@ -141,8 +141,9 @@ class ServerSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def open(self) -> ServerClient:
-        """The client, starting llama-server (again, if it stopped) where this session runs one."""
+    def open(self, cancelled: Callable[[], bool] | None = None) -> ServerClient:
+        """The client, starting llama-server (again, if it stopped) where this session runs one;
+        `cancelled()` true stops a start under way (LoadCancelled)."""
         if self.engine.url:
             if self._client is None:
                 self._client = ServerClient(self.engine.url, self.engine.api_key)
@@ -156,7 +157,7 @@ class ServerSession:
                 raise ServerError("llama-server needs a model file")
             kwargs = {} if self._start_timeout_s is None else {"start_timeout_s": self._start_timeout_s}
             server = LlamaServer(self.model, self.engine.flags(), **kwargs)
-            server.start()
+            server.start(cancelled)
             self._server = server
         return self._server.client
 
