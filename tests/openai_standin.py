@@ -14,7 +14,8 @@ DRAFTED_PER_REPLY, ACCEPTED_PER_REPLY, STEPS_PER_REPLY = 6, 4, 2
 
 
 class Standin(http.server.BaseHTTPRequestHandler):
-    mode = "good"  # good, garbage, cutoff, slow, huge, error, no-metrics, not-utf8, bad-usage, models-garbage
+    mode = "good"  # good, garbage, cutoff, slow, huge, error, no-metrics, not-utf8, bad-usage, models-garbage,
+    # models-cutoff, models-slow
     key: str | None = None
     replies = 0
     seen: list[dict] = []
@@ -22,6 +23,13 @@ class Standin(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
         if not self._authorised():
             return
+        if self.path == "/v1/models" and self.mode in ("models-cutoff", "models-slow"):  # promises 1000 bytes
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b'{"data": [')
+            self.wfile.flush()
+            return time.sleep(3 if self.mode == "models-slow" else 0)
         if self.path == "/v1/models":
             body = b"[1, 2" if self.mode == "models-garbage" else json.dumps(
                 {"object": "list", "data": [{"id": "org/tiny-model", "object": "model"}]}).encode()

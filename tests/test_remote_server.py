@@ -76,6 +76,7 @@ def test_raw_text_goes_to_completions_and_a_server_without_counters_says_unknown
     ("not-utf8", "a streamed chunk is not JSON"),
     ("bad-usage", "usage.completion_tokens is not a count"),
     ("models-garbage", "/v1/models: the answer is not JSON"),
+    ("models-cutoff", "/v1/models: the answer was cut off after 10 bytes"),
 ])
 def test_a_server_misbehaving_is_one_line_and_exit_1(capsys, key_file, mode, says):
     with StandinServer(mode, key=KEY) as server:
@@ -99,10 +100,11 @@ def test_a_refused_key_and_a_server_that_is_not_there_are_one_line(capsys, tmp_p
     assert code == 1 and len(err.strip().splitlines()) == 1 and "could not connect" in err
 
 
-def test_a_slow_server_is_one_line_after_the_timeout():
-    with StandinServer("slow") as server:
+@pytest.mark.parametrize("mode", ["slow", "models-slow"])
+def test_a_slow_server_is_one_line_after_the_timeout(mode):
+    with StandinServer(mode) as server:
         engine = ServerEngine(url=server.url, timeout_s=1.0)
-        with ServerSession(engine) as session, pytest.raises(ServerError) as caught:
+        with pytest.raises(ServerError) as caught, ServerSession(engine) as session:
             list(session.reply_to(8, SamplingParams(), messages=[{"role": "user", "content": "hi"}]))
     assert "\n" not in str(caught.value) and "timed out" in str(caught.value)
 

@@ -56,7 +56,12 @@ class RemoteHttp:
 
     def get_bytes(self, path: str, timeout_s: float | None = None) -> bytes:
         with self._open("GET", path, None, timeout_s) as answer:
-            raw = answer.read(MAX_ANSWER_BYTES + 1)
+            try:
+                raw = answer.read(MAX_ANSWER_BYTES + 1)
+            except (OSError, http.client.HTTPException) as exc:  # a timeout, a chunk cut off
+                raise ServerError(f"{self.where(path)}: the connection failed ({self.short(str(exc).encode())})") from None
+            if answer.length:  # fewer bytes than its Content-Length said: the connection closed
+                raise ServerError(f"{self.where(path)}: the answer was cut off after {len(raw)} bytes")
         if len(raw) > MAX_ANSWER_BYTES:
             raise ServerError(f"{self.where(path)}: the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB")
         return raw
