@@ -165,3 +165,25 @@ def test_another_specula_answers_with_its_own_draft_counts(capsys, tiny_paths, k
     assert ours["n_accepted"] == theirs["timings"]["draft_n_accepted"]
     assert ours["n_steps"] is None and "n_steps" in ours["unknown"]  # its /metrics counts no steps
     assert re.search(r"through OpenAI's API \(model llama-f32", err) and KEY not in out + err
+
+
+def test_an_https_server_whose_certificate_is_not_trusted_is_refused(tmp_path):
+    """TLS is verified: a self-signed certificate (made here with the openssl program) is one line."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl program to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    with StandinServer() as server:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+        engine = ServerEngine(url=server.url.replace("http://", "https://"), timeout_s=5.0)
+        with pytest.raises(ServerError) as caught, ServerSession(engine):
+            pass
+    assert "\n" not in str(caught.value) and "TLS failed" in str(caught.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
