@@ -159,18 +159,22 @@ def colour_text(event: StepEvent) -> str:
 
 def print_summary(summary: RunSummary, draft_max: int, out=None) -> None:
     out = out or sys.stderr
+
+    def known(name: str, text: str) -> str:  # what the engine could not report says so
+        return "unknown" if name in summary.unknown else text
+
     out.write(
-        f"\nencoded {summary.n_prompt_evaluated:4d} tokens in {summary.prompt_s:8.3f} seconds, "
-        f"speed: {summary.encode_tps:8.3f} t/s\n"
+        f"\nencoded {known('n_prompt_evaluated', f'{summary.n_prompt_evaluated:4d}')} tokens in "
+        f"{summary.prompt_s:8.3f} seconds, speed: {known('encode_tps', f'{summary.encode_tps:8.3f}')} t/s\n"
         f"decoded {summary.n_predicted:4d} tokens in {summary.decode_s:8.3f} seconds, "
         f"speed: {summary.decode_tps:8.3f} t/s\n\n"
         f"drafter   = {summary.drafter}\n"
         f"n_draft   = {draft_max}\n"
         f"n_predict = {summary.n_predicted}\n"
-        f"n_drafted = {summary.n_drafted}\n"
-        f"n_accept  = {summary.n_accepted}\n"
-        f"accept    = {100 * summary.accept_rate:.3f}%\n"
-        f"mean accepted per step = {summary.mean_accepted_length:.2f}\n"
+        f"n_drafted = {known('n_drafted', str(summary.n_drafted))}\n"
+        f"n_accept  = {known('n_accepted', str(summary.n_accepted))}\n"
+        f"accept    = {known('accept_rate', f'{100 * summary.accept_rate:.3f}%')}\n"
+        f"mean accepted per step = {known('mean_accepted_length', f'{summary.mean_accepted_length:.2f}')}\n"
         f"ttft      = {summary.ttft_s * 1000:.1f} ms, stop: {summary.stop_reason.value}\n"
         + (f"note: {summary.schedule_note}\n" if summary.schedule_note else "")
     )

@@ -31,8 +31,12 @@ def add_engine_flag(parser: argparse.ArgumentParser) -> None:
 
 def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", metavar="URL", default=None,
-                        help="a llama-server already running (here or elsewhere) answers instead: its URL, e.g. "
-                             "http://127.0.0.1:8080 (https is verified); -m then only names the model")
+                        help="a server already running (here or elsewhere) answers instead: its URL, e.g. "
+                             "http://127.0.0.1:8080 (https is verified): llama-server, or any speaking OpenAI's "
+                             "API (vLLM, SGLang, Ollama, LM Studio, specula serve); -m then only names the model")
+    parser.add_argument("--server-api", choices=("auto", "llama-server", "openai"), default="auto",
+                        help="with --server: how to speak to it (default auto: llama-server's own API where it "
+                             "answers /props as llama-server, else OpenAI's)")
     parser.add_argument("--api-key-file", metavar="FILE", default=None,
                         help="with --server: a file holding its API key (read, never printed or logged)")
 
@@ -104,7 +108,8 @@ def server_engine(args: argparse.Namespace) -> "ServerEngine":
     from app.engine.llama_server.session import ServerEngine
 
     if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
-        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.api_key_file))
+        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.api_key_file),
+                            api=getattr(args, "server_api", "auto"), model_name=args.model)
     types = tuple(t for t in (args.spec_type or ()) if t != "none") + (("ngram-simple",) if args.lookup else ())
     defaults = argparse.ArgumentParser()
     add_spec_flags(defaults)
@@ -136,9 +141,10 @@ def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator
     engine = server_engine(args)
     model = None if engine.url else resolve_model_arg(args.model)
     with ServerSession(engine, model) as session:
-        ids = session.prompt_ids(_messages(args, text)) if args.chat else session.prompt_ids(text=text)
-        summary = show(session.reply(ids, settings.max_new_tokens, settings.sampling))
-    return summary, f"plan: {engine.describe(model)}"
+        messages, text = (_messages(args, text), None) if args.chat else (None, text)
+        summary = show(session.reply_to(settings.max_new_tokens, settings.sampling, messages, text))
+        plan = f"plan: {session.describe()}"
+    return summary, plan
 
 
 def _messages(args: argparse.Namespace, text: str) -> list[dict[str, str]]:

@@ -1,6 +1,7 @@
 """An engine beyond this process, as one object the CLI, the window's worker, Compare and the
 Local API server share: llama-server started here (a model, a draft, llama.cpp's --spec-type,
-threads, offload, RPC workers) or a llama-server already running at a URL.
+threads, offload, RPC workers) or a server already running at a URL: llama-server (its native
+API: exact token ids, per-step counts) or any other speaking OpenAI's API (app.engine.remote).
 
 `ServerEngine` says what to run (plain data, built from flags or from the window's Model tab);
 `ServerSession` runs it: it starts llama-server on first use, restarts it if it died (an RPC worker
@@ -19,6 +20,9 @@ from app.engine.llama_server.engine import generate_on_server
 from app.engine.llama_server.process import LlamaServer
 from app.engine.loop.events import GenerationEvent
 from app.engine.loop.sampling import SamplingParams
+from app.engine.remote.engine import generate_on_openai
+from app.engine.remote.http import HttpStatusError, RemoteHttp
+from app.engine.remote.openai_client import OpenAIClient
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,9 @@ log = logging.getLogger(__name__)
 LLAMA_SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
                     "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")  # these read -md
+# How to speak to a server at a URL: found out (llama-server answers /props), or named.
+API_AUTO, API_LLAMA, API_OPENAI = "auto", "llama-server", "openai"
+SERVER_APIS = (API_AUTO, API_LLAMA, API_OPENAI)
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,9 @@ class ServerEngine:
 
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)  # never logged, never shown
+    api: str = API_AUTO  # with url: one of SERVER_APIS
+    model_name: str | None = None  # with url and OpenAI's API: the model asked for (else the one served)
+    timeout_s: float = 600.0  # with url: the longest wait for any answer or streamed chunk
     spec_types: tuple[str, ...] = ()
     draft: Path | None = None
     rpc: tuple[str, ...] = ()  # HOST:PORT of rpc-server workers the main model is split across
@@ -79,7 +89,7 @@ class ServerEngine:
     def describe(self, model: Path | None = None) -> str:
         """One line for the plan and the stats: where the reply runs and what drafts."""
         if self.url:
-            return f"the llama-server at {self.url} (its model and speculation)"
+            return f"the llama-server at {RemoteHttp(self.url).shown_url} (its model and speculation)"
         types = ",".join(self.types) or "none"
         workers = f", split across RPC workers {','.join(self.rpc)}" if self.rpc else ""
         on = f" on {model.name}" if model else ""
@@ -133,9 +143,11 @@ class ServerSession:
         self._start_timeout_s = start_timeout_s
         self._server: LlamaServer | None = None
         self._client: ServerClient | None = None
+        self._openai: OpenAIClient | None = None  # a server at the URL that is not llama-server
+        self._openai_model: str | None = None
 
     def __enter__(self) -> "ServerSession":
-        self.open()
+        self.speaks_openai if self.engine.url else self.open()  # connected (or started) here
         return self
 
     def __exit__(self, *exc) -> None:
@@ -145,8 +157,11 @@ class ServerSession:
         """The client, starting llama-server (again, if it stopped) where this session runs one;
         `cancelled()` true stops a start under way (LoadCancelled)."""
         if self.engine.url:
-            if self._client is None:
-                self._client = ServerClient(self.engine.url, self.engine.api_key)
+            if self._client is None and self._openai is None:
+                self._connect()
+            if self._openai is not None:
+                raise ServerError(f"{self._openai.shown_url} speaks OpenAI's API, not llama-server's: "
+                                  "it takes chat messages or text, never token ids")
             return self._client
         if self._server is not None and not self._server.running():
             log.info("llama-server stopped (%s); starting it again", self._server.log_tail())
@@ -161,7 +176,46 @@ class ServerSession:
             self._server = server
         return self._server.client
 
+    @property
+    def speaks_openai(self) -> bool:
+        """True where the server at the URL is answered through OpenAI's API (no token ids)."""
+        if self.engine.url and self._client is None and self._openai is None:
+            self._connect()
+        return self._openai is not None
+
+    def _connect(self) -> None:
+        """The client for the server at the URL: llama-server's native one where it answers
+        /props as llama-server does (or the engine names it), else OpenAI's."""
+        engine = self.engine
+        native = engine.api == API_LLAMA or (engine.api == API_AUTO and _is_llama_server(engine))
+        if native:
+            self._client = ServerClient(engine.url, engine.api_key, engine.timeout_s)
+            return
+        client = OpenAIClient(engine.url, engine.api_key, engine.timeout_s)
+        self._openai_model = client.choose_model(engine.model_name)
+        self._openai = client
+
+    def describe(self) -> str:
+        """One line for the plan: where the reply runs, and through which API."""
+        if self.speaks_openai:
+            return (f"the server at {self._openai.shown_url} through OpenAI's API (model {self._openai_model}; "
+                    "its speculation, counted from its /metrics where it has them)")
+        return self.engine.describe(self.model)
+
+    def reply_to(self, max_new_tokens: int, sampling: SamplingParams, messages: list[dict[str, str]] | None = None,
+                 text: str | None = None, stop_strings: Sequence[str] = (),
+                 cancelled: Callable[[], bool] | None = None) -> Iterator[GenerationEvent]:
+        """The reply to a chat (`messages`, the model's template applied by the server) or to raw
+        `text`, whichever API the server speaks."""
+        if self.speaks_openai:
+            yield from generate_on_openai(self._openai, self._openai_model, max_new_tokens, sampling,
+                                          "the server at its URL", messages, text, tuple(stop_strings), cancelled)
+            return
+        ids = self.prompt_ids(messages) if messages is not None else self.prompt_ids(text=text)
+        yield from self.reply(ids, max_new_tokens, sampling, stop_strings, cancelled)
+
     def close(self) -> None:
+        self._openai = None
         server, self._server, self._client = self._server, None, None
         if server is not None:
             server.stop()
@@ -185,3 +239,21 @@ class ServerSession:
             if self._server is not None and not self._server.running(grace_s=1.0):
                 raise ServerError(f"llama-server stopped mid-reply: {self._server.log_tail()}") from None
             raise exc from None
+
+
+def _is_llama_server(engine: ServerEngine) -> bool:
+    """True where GET /props answers as llama-server does (its build and generation settings);
+    an HTTP error or another answer means another server. Not reachable at all: a ServerError."""
+    http = RemoteHttp(engine.url, engine.api_key, min(engine.timeout_s, 30.0))
+    try:
+        props = http.get_json("/props")
+    except HttpStatusError as exc:
+        if exc.status in (401, 403):  # a refused key is refused on every path: say so now
+            raise
+        return False
+    except ServerError as exc:
+        if "is not JSON" in str(exc):
+            return False
+        raise
+    return (isinstance(props, dict) and isinstance(props.get("build_info"), str)
+            and isinstance(props.get("default_generation_settings"), dict))

@@ -58,6 +58,9 @@ class RunSummary:
     drafted_by_position: tuple[int, ...]
     # Why the schedule drafted little or nothing, in one line (None where it drafted as asked).
     schedule_note: str | None = None
+    # The fields of to_dict this engine could not know, null there (a server speaking OpenAI's
+    # API: its token ids; its draft counts where its /metrics has none): see UNKNOWN_* below.
+    unknown: tuple[str, ...] = ()
 
     @property
     def encode_tps(self) -> float:
@@ -98,7 +101,20 @@ class RunSummary:
             mean_accepted_length=self.mean_accepted_length,
             acceptance_by_position=list(self.acceptance_by_position),
         )
+        for name in self.unknown:
+            data[name] = None
+        data["unknown"] = list(self.unknown)
         return data
+
+
+# What a server speaking OpenAI's API leaves unknown: its token ids always; its prompt size where
+# it sends no usage; the draft counts where its /metrics has none (SpecCounters.drafts None: the
+# steps and per-position counts only).
+UNKNOWN_TOKENS = ("tokens",)
+UNKNOWN_PROMPT = ("n_prompt", "n_prompt_evaluated", "encode_tps")
+UNKNOWN_STEPS = ("n_steps", "mean_accepted_length", "accepted_by_position", "drafted_by_position",
+                 "acceptance_by_position")
+UNKNOWN_DRAFTS = ("n_drafted", "n_accepted", "accept_rate") + UNKNOWN_STEPS
 
 
 @dataclass(frozen=True)
