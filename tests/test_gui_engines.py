@@ -108,7 +108,7 @@ def test_a_server_at_a_url_with_its_key_and_one_that_goes_down(qtbot, data_dir, 
         assert "s3cret" not in (data_dir / "settings.ini").read_text()
         summary = send(qtbot, window, "Once upon a time", GenSettings(temperature=0.0, max_tokens=8))
         assert summary["n_predicted"] >= 1 and summary["drafter"] == "llama-server at its URL"
-        assert "reports no draft counts" in window.charts.acceptance_note()
+        assert "drafted nothing in this reply" in window.charts.acceptance_note()
     kept = chat_rows(window)
     summary, error = reply_of(qtbot, window, "Are you there?", GenSettings(temperature=0.0, max_tokens=8))
     assert summary is None and "\n" not in error and ("could not connect" in error or "connection failed" in error)
@@ -226,3 +226,26 @@ def test_a_cancelled_start_stops_llama_server_and_leaves_no_process(tiny_paths):
     with pytest.raises(LoadCancelled):
         server.start(cancelled=lambda: True)
     assert server._process is None and not server.running()
+
+
+def test_a_server_speaking_openais_api_chats_with_tok_s_and_its_metrics_counts(qtbot, data_dir):
+    """A team's server (vLLM's shape: OpenAI's API and /metrics counters) from the window: the
+    reply streams into the chat, the tok/s chart counts its chunks, and the acceptance is the
+    change in its /metrics over the reply."""
+    from tests.openai_standin import ACCEPTED_PER_REPLY, DRAFTED_PER_REPLY, REPLY, StandinServer
+
+    with StandinServer(key="team-key") as server:
+        window = open_window(qtbot)
+        choose(window, AT_URL, url=server.url, key="team-key")
+        press_load(qtbot, window)
+        assert window.loaded_facts is not None, window.picker.state_label.text()
+        assert "OpenAI's API" in window.picker.plan_label.text()
+        summary = send(qtbot, window, "Say hello", GenSettings(temperature=0.0, max_tokens=16))
+        assert summary["text"] == "".join(REPLY)
+        assert (summary["n_drafted"], summary["n_accepted"]) == (DRAFTED_PER_REPLY, ACCEPTED_PER_REPLY)
+        window.charts.redraw()
+        assert window.charts.tps_points(), "the tok/s chart counts the streamed chunks"
+        assert window.charts.acceptance_note() == ("this server counts drafts for the whole reply only (its /metrics): "
+                                                   f"{ACCEPTED_PER_REPLY} of {DRAFTED_PER_REPLY} accepted (67%)")
+        assert ("assistant", "".join(REPLY)) in chat_rows(window)
+        shot(window, "50-window-chat-openai-server")

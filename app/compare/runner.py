@@ -244,9 +244,9 @@ class Runner:
         n_so_far = 0
         summary = None
         for event in events:
-            if isinstance(event, StepEvent) and event.tokens:
+            if isinstance(event, StepEvent) and event.n_tokens:
                 first_at = event.timestamp if first_at is None else first_at
-                n_so_far += len(event.tokens)
+                n_so_far += event.n_tokens
                 timeline.append((n_so_far, event.timestamp - first_at))
             elif isinstance(event, DoneEvent):
                 summary = event.summary

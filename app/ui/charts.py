@@ -193,12 +193,12 @@ class LiveCharts(QWidget):
 
     def add_step(self, event: StepEvent) -> None:
         """Record one verify step. Cheap: no drawing here (the timer redraws)."""
-        if not event.tokens:
+        if not event.n_tokens:
             return  # a text-only tail after cancellation: no work of the model
         if self._origin is None:
             self._origin = event.timestamp
         t = event.timestamp - self._origin
-        self._add_speed(event.timestamp, t, len(event.tokens))
+        self._add_speed(event.timestamp, t, event.n_tokens)
         if event.n_drafted > 0:
             if self._note:
                 self.set_acceptance_note(None)

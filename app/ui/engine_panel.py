@@ -22,8 +22,10 @@ ABOUT = {
     HERE: "Specula's drafters, schedule and charts run in this app, on the backend chosen below.",
     LLAMA_SERVER: "llama.cpp's llama-server, started on 127.0.0.1 with the main model below and its own "
                   "speculation (every --spec-type llama.cpp has); stopped when another model loads.",
-    AT_URL: "A llama-server someone runs (here or elsewhere): its model and its speculation answer. "
-            "The key is sent as 'Authorization: Bearer', stored only for you (file mode 0600).",
+    AT_URL: "A server someone runs, here or elsewhere: llama-server, or any server speaking OpenAI's API (vLLM, "
+            "SGLang, Ollama, LM Studio, another Specula). Its model and its speculation answer; draft counts come "
+            "from its own timings or /metrics where it has them. The key is sent as 'Authorization: Bearer', "
+            "stored only for you (file mode 0600).",
 }
 SPEC_TYPE_ABOUT = {
     "none": "no drafting: llama.cpp's plain decoding",

@@ -301,10 +301,19 @@ class MainWindow(QMainWindow):
             self.settings.setValue("pair/last", json.dumps(spec.__dict__))
 
     def _on_reply_finished(self, summary: dict | None, error: str) -> None:
-        """A server at a URL that counted no drafts: the acceptance charts say so, not zeros."""
+        """A server at a URL that counted no drafts, or counted them only for the whole reply
+        (its /metrics): the acceptance charts say so, not zeros or empty axes."""
         facts = self.loaded_facts or {}
-        if facts.get("runs_on") == AT_URL and summary is not None and not summary.get("n_drafted"):
-            self.charts.set_acceptance_note("this server reports no draft counts (it drafted none): tok/s only")
+        if facts.get("runs_on") != AT_URL or summary is None:
+            return
+        drafted, accepted = summary.get("n_drafted"), summary.get("n_accepted")
+        if drafted is None:
+            self.charts.set_acceptance_note("this server reports no draft counts: tok/s only")
+        elif not drafted:
+            self.charts.set_acceptance_note("this server drafted nothing in this reply: tok/s only")
+        elif not self.charts.acceptance_points() and accepted is not None:
+            self.charts.set_acceptance_note(f"this server counts drafts for the whole reply only (its /metrics): "
+                                            f"{accepted} of {drafted} accepted ({accepted / drafted:.0%})")
 
     def _title(self, path: str | None, fallback: str | None) -> str | None:
         entry = next((e for e in self.library.entries() if path and e.path == path), None)

@@ -77,30 +77,36 @@ def load_server(spec: PairSpec, progress: Progress, cancel: Cancel) -> ServerPai
     session = ServerSession(engine, model)
     progress("checking the server" if engine.url else "starting llama-server", 0.1)
     try:
-        client = session.open(cancel)
         if engine.url:
-            _check_url(client)
+            _check_url(session)
+        else:
+            session.open(cancel)
     except BaseException:
         session.close()
         raise
     progress("ready", 1.0)
     pair = ServerPair(session, spec)
-    pair.facts = server_facts(spec, engine, model, time.monotonic() - started)
+    pair.facts = server_facts(spec, session, model, time.monotonic() - started)
     return pair
 
 
-def _check_url(client) -> None:
-    """The server answers /health with its model loaded, and takes the key (/tokenize asks for it)."""
+def _check_url(session) -> None:
+    """The server answers: a llama-server has its model loaded (/health) and takes the key
+    (/tokenize asks for it); any other (OpenAI's API) listed its models with the key."""
     from app.engine.llama_server.client import ServerError
 
+    if session.speaks_openai:  # connecting read /v1/models, which needs the key
+        return
+    client = session.open()
     if not client.healthy(timeout_s=10.0):
         raise ServerError(f"{client.base_url} is still loading its model: try Load again in a moment")
     client.tokenize("hi")
 
 
-def server_facts(spec: PairSpec, engine, model: Path | None, load_s: float) -> dict[str, Any]:
+def server_facts(spec: PairSpec, session, model: Path | None, load_s: float) -> dict[str, Any]:
     """What the window shows about the engine (the keys of engine_calls.pair_facts it reads)."""
-    line = engine.describe(model)
+    engine = session.engine
+    line = session.describe()
     if model is not None:
         from app.engine.gguf.info import read_gguf_info
 
@@ -131,10 +137,12 @@ def reply_events(pair: ServerPair, request: ChatRequest, cancel: Cancel) -> Iter
     head = [{"role": "system", "content": request.system_prompt}] if request.system_prompt else []
     messages = head + request.messages() + [{"role": "user", "content": request.user_text}]
     session = pair.session
-    session.open(cancel)  # starts llama-server again if it died (a lost RPC worker aborts it)
-    ids = session.prompt_ids(text=plain_text(messages)) if request.plain else session.prompt_ids(messages)
+    if not session.engine.url:
+        session.open(cancel)  # starts llama-server again if it died (a lost RPC worker aborts it)
+    chat = {"text": plain_text(messages)} if request.plain else {"messages": messages}
     try:
-        yield from session.reply(ids, settings.max_new_tokens, settings.sampling, settings.stop_strings, cancel)
+        yield from session.reply_to(settings.max_new_tokens, settings.sampling, stop_strings=settings.stop_strings,
+                                    cancelled=cancel, **chat)
     except ServerError as exc:
         if session.engine.rpc and str(exc).startswith("llama-server stopped mid-reply"):
             raise ServerError(f"{exc} (an RPC worker went away? check them: the next reply starts "

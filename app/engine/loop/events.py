@@ -35,6 +35,14 @@ class StepEvent:
     draft_s: float
     verify_s: float
     timestamp: float  # time.monotonic() when the step finished
+    # Tokens this step generated where their ids are not known (a server speaking OpenAI's API
+    # streams text: one token per chunk, as it sends them); None: len(tokens).
+    n_unnamed: int | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens the model generated in this step (for rates and charts)."""
+        return len(self.tokens) if self.n_unnamed is None else self.n_unnamed
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ class _Reply:
         self.first_at = self.first_at or now
         self.texts.append(chunk.text)
         self.n_chunks += 1
-        event = StepEvent((), (), chunk.text, 0, 0, 0, 0.0, now - self.last_at, now)
+        event = StepEvent((), (), chunk.text, 0, 0, 0, 0.0, now - self.last_at, now, n_unnamed=1)
         self.last_at = now
         return event
 
