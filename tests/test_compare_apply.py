@@ -108,3 +108,31 @@ def test_the_status_line_names_each_kind_of_winner():
     model = Fastest("draft", "/m/main.gguf", MODEL, "/m/small draft.gguf", 16, True, 0, 0.75, 1.2)
     assert "main with Small, draft max 16" in applied_text(model, "main", "Small")
     assert "main with small draft, draft max 16" in applied_text(model, "main", None)
+
+
+def test_use_in_chat_applies_a_winner_on_another_engine_to_where_it_runs(qtbot, data_dir, tiny_paths):
+    """A comparison won by llama.cpp's own ngram-mod (or a server at a URL) puts the Model tab on
+    that engine with that type: the chat then runs what won."""
+    from app.compare.fastest import Fastest
+    from app.compare.results import LLAMA_SERVER, SERVER_URL
+    from app.worker.requests import AT_URL, HERE, LLAMA_SERVER as RUNS_ON_LLAMA_SERVER
+
+    main_window = open_window(qtbot)
+    add_models(qtbot, main_window, [tiny_paths["llama-f32"]])
+    main = str(tiny_paths["llama-f32"])
+    before = main_window.gen_form.settings()
+    won = Fastest("llama-server ngram-mod", main, LLAMA_SERVER, None, 64, True, 0, 0.75, 1.4, server_types="ngram-mod")
+    main_window.use_compare_choice(won)
+    engine = main_window.picker.engine
+    assert (engine.runs_on(), engine.spec_type_value()) == (RUNS_ON_LLAMA_SERVER, "ngram-mod")
+    assert main_window.picker.main_path() == main and main_window.gen_form.settings() == before
+    assert "on llama-server, --spec-type ngram-mod — press Load" in main_window.statusBar().currentMessage()
+    both = replace(won, server_types="ngram-mod,ngram-simple")
+    main_window.use_compare_choice(both)
+    assert "runs one llama.cpp type at a time: ngram-mod is chosen" in main_window.statusBar().currentMessage()
+    remote = Fastest("server h:1", main, SERVER_URL, None, 64, True, 0, 0.75, 1.2, server_url="http://127.0.0.1:9")
+    main_window.use_compare_choice(remote)
+    assert (engine.runs_on(), engine.server_url()) == (AT_URL, "http://127.0.0.1:9")
+    ours = Fastest("lookup", main, "lookup", None, 64, True, 0, 0.75, 1.3)
+    main_window.use_compare_choice(ours)
+    assert engine.runs_on() == HERE and main_window.picker.draft_choice() == ("lookup", None)

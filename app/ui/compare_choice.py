@@ -14,7 +14,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.compare.fastest import Fastest, run_command
-from app.compare.results import MODEL, NONE
+from app.compare.results import LLAMA_SERVER, MODEL, NONE, SERVER_URL
 from app.worker.requests import DRAFTER_TEXT
 
 USE_TEXT = "Use in chat"
@@ -61,6 +61,11 @@ def applied_text(choice: Fastest, main_title: str, draft_title: str | None) -> s
     if choice.drafter == NONE:
         return (f"From the comparison: no drafter was clearly faster than plain decoding here, so "
                 f"{main_title} with no draft — press Load")
+    if choice.drafter == SERVER_URL:
+        return f"From the comparison ({choice.describe()}): the server at {choice.server_url} — press Load"
+    if choice.drafter == LLAMA_SERVER:
+        return (f"From the comparison ({choice.describe()}): {main_title} on llama-server, --spec-type "
+                f"{choice.server_types or 'none'} — press Load")
     if choice.drafter == MODEL:
         draft = draft_title or Path(choice.draft_path or "").stem
     else:  # an n-gram kind: what the pair picker calls it

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.compare.fastest import Fastest
+from app.compare.results import ENGINE_KINDS
 from app.history import HistoryStore
 from app.ui.charts import LiveCharts
 from app.ui.chat_controller import ChatController
@@ -419,11 +420,12 @@ class MainWindow(QMainWindow):
             self._apply_choice(choice)
 
     def _apply_choice(self, choice: Fastest) -> None:
-        problem = self.picker.apply(choice.main_path, choice.drafter, choice.draft_path)
+        problem = self.picker.apply(choice.main_path, choice.drafter, choice.draft_path, choice.server_types,
+                                    choice.server_url)
         if problem is not None:
             self.show_message(f"cannot use the comparison's fastest in the chat: {problem}")
             return
-        if choice.pays_off:
+        if choice.pays_off and choice.drafter not in ENGINE_KINDS:  # another engine: its own lengths
             self.gen_form.set_settings(replace(
                 self.gen_form.settings(), draft_max=choice.draft_max, draft_min=choice.draft_min,
                 draft_p_min=choice.draft_p_min, adaptive_draft=choice.adaptive))

@@ -36,6 +36,7 @@ from app.ui.offload import OffloadControl
 from app.ui.paths import data_dir
 from app.ui.style import small_muted_label
 from app.worker.engine_calls import keeps_main
+from app.compare.results import LLAMA_SERVER as LLAMA_SERVER_ROW, SERVER_URL as SERVER_URL_ROW
 from app.worker.requests import (AT_URL, DRAFTER_TEXT, HERE, LLAMA_SERVER, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE,
                                  NONE, PairSpec)
 
@@ -210,9 +211,18 @@ class PairPicker(QWidget):
                     return True
         return False
 
-    def apply(self, main_path: str, drafter: str, draft_path: str | None = None) -> str | None:
-        """Select a pair chosen elsewhere (the Compare view's fastest): None when it is selected,
-        else why not, in one line. Nothing is loaded: that stays the user's Load."""
+    def apply(self, main_path: str, drafter: str, draft_path: str | None = None, server_types: str = "",
+              server_url: str = "") -> str | None:
+        """Select a pair chosen elsewhere (the Compare view's fastest, whichever engine ran it):
+        None when it is selected, else why not, in one line. Nothing is loaded: that stays the
+        user's Load."""
+        if drafter == SERVER_URL_ROW:
+            self.engine.set_runs_on(AT_URL)
+            self.engine.url.setText(server_url)
+            return None
+        self.engine.set_runs_on(LLAMA_SERVER if drafter == LLAMA_SERVER_ROW else HERE)
+        if drafter == LLAMA_SERVER_ROW:
+            return self._apply_server_types(main_path, server_types, draft_path)
         if not self.select_main(main_path):
             return f"{Path(main_path).name} is not a usable main model in the library"
         if self.select_draft(drafter, draft_path):
@@ -223,6 +233,19 @@ class PairPicker(QWidget):
         item = next((i for i in rows if i.data(PATH_ROLE) == draft_path and draft_path), None)
         reason = item.toolTip() if item is not None else "it is not in the library"
         return f"{Path(draft_path or drafter).name} cannot be the chat's draft: {reason}"
+
+    def _apply_server_types(self, main_path: str, server_types: str, draft_path: str | None) -> str | None:
+        """llama-server with the comparison's --spec-type (the Model tab runs one type)."""
+        if not self.select_main(main_path):
+            return f"{Path(main_path).name} is not a usable main model in the library"
+        types = [t for t in server_types.split(",") if t] or ["none"]
+        self.engine.set_spec_type(types[0])
+        if draft_path and not self.select_draft(MODEL, draft_path):
+            return f"{Path(draft_path).name} is not a usable draft model in the library"
+        if len(types) > 1:
+            return (f"the Model tab runs one llama.cpp type at a time: {types[0]} is chosen; "
+                    f"specula run --engine llama-server --spec-type {server_types} runs them all")
+        return None
 
     def draft_items(self) -> list[tuple[str, bool, str]]:
         """(text, enabled, tooltip) of each draft choice: what the user sees in the list."""
