@@ -78,3 +78,33 @@ def test_a_server_at_a_url_is_a_row_and_one_that_fails_is_one_error_line(capsys,
     assert code == 0, err  # the other rows finished; the server's row says why it has no result
     errors = json.loads(bad.read_text())["errors"]
     assert len(errors) == 1 and "could not connect" in errors[0]["message"] and "\n" not in errors[0]["message"]
+
+
+def test_compare_splits_llama_servers_rows_across_rpc_workers(capsys, tmp_path, tiny_paths):
+    from tests.test_llama_server import _workers
+
+    _require_server()
+    procs, endpoints = _workers(2)
+    try:
+        out_file = tmp_path / "rpc.json"
+        code, out, err = _run(capsys, "compare", "-m", str(tiny_paths["llama-f32"]), "-t", "1", "-n", "8", "-r", "1",
+                              "--drafts", "llama-server:none", "-p", "Once upon a time", "--rpc", endpoints,
+                              "--json", str(out_file))
+        assert code == 0, err
+        run = load_run(out_file)
+        assert not run.errors and {r.config for r in run.results} == {"none", "llama-server none"}
+        assert all(r.identical for r in run.results if r.config != "none")
+        for proc in procs:  # the workers gone: the llama-server row cannot start, the others finish
+            proc.kill()
+            proc.wait()
+        code, out, err = _run(capsys, "compare", "-m", str(tiny_paths["llama-f32"]), "-t", "1", "-n", "8", "-r", "1",
+                              "--drafts", "llama-server:none", "-p", "Once upon a time", "--rpc", endpoints,
+                              "--json", str(out_file))
+        errors = json.loads(out_file.read_text())["errors"]
+        assert code == 0 and len(errors) == 1 and errors[0]["config"] == "llama-server none", err
+        code, _, err = _run(capsys, "compare", "-m", str(tiny_paths["llama-f32"]), "--rpc", "nohost")
+        assert code == 2 and "'nohost' is not HOST:PORT" in err
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app.cli import add_model_flags, add_sampling_flags
 from app.cli.spec_args import ENGINE_KIND, UsageError, spec_types
-from app.cli.run_server import check_server_url, read_api_key
+from app.cli.run_server import check_server_url, read_api_key, rpc_endpoints
 from app.compare.choices import parse_drafts, parse_lengths, resolve_draft, url_choice
 from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
 from app.compare.results import COMPLETE, NGRAM_PARTS, CompareRequest, Progress, RunSettings
@@ -52,6 +52,9 @@ def register(sub) -> None:
                              "the same prompts with its own model and speculation")
     parser.add_argument("--api-key-file", metavar="FILE", default=None,
                         help="with --server: a file holding its API key (read, never printed or saved)")
+    parser.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
+                        help="llama-server rows split the main model across these llama.cpp RPC workers (specula "
+                             "rpc-worker); Specula's own rows run in this process")
     parser.add_argument("--prompts", default=None, metavar="builtin|CATS|FILE",
                         help=f"the built-in set (default), some of its categories ({','.join(CATEGORIES)}), "
                              "or a file: JSON lines {\"category\",\"prompt\"} or one prompt per paragraph")
@@ -99,7 +102,7 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
         main_path=str(resolve_model_arg(args.model)), drafts=drafts, prompts=tuple(prompts), settings=settings,
         device=args.device, dtype=args.dtype, n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft, ctx_size=args.ctx_size,
-        backend=args.backend, api_key=api_key,
+        backend=args.backend, api_key=api_key, rpc=tuple(rpc_endpoints(args.rpc)) if args.rpc else (),
     )
 
 

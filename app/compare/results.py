@@ -115,6 +115,7 @@ class CompareRequest:
     ctx_size: int = 0  # 0: the main model's own
     backend: str = "auto"  # what runs the models: auto, llama.cpp or torch (--backend)
     api_key: str | None = field(default=None, repr=False)  # a SERVER_URL row's key: never saved, never shown
+    rpc: tuple[str, ...] = ()  # llama-server rows split the main model across these RPC workers (HOST:PORT)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ def open_session(request: CompareRequest, config: ConfigSpec) -> ServerSession:
     if config.drafter == LLAMA_SERVER:
         types = tuple(t for t in config.server_types.split(",") if t)
         draft = Path(config.draft_path) if config.draft_path else None
-        engine = ServerEngine(spec_types=types, draft=draft, ctx_size=request.ctx_size,
+        engine = ServerEngine(spec_types=types, draft=draft, ctx_size=request.ctx_size, rpc=request.rpc,
                               n_gpu_layers=request.n_gpu_layers, n_gpu_layers_draft=request.n_gpu_layers_draft)
         return ServerSession(engine, request.main_path)
     return ServerSession(ServerEngine(url=config.server_url, api_key=request.api_key))
