@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 from dataclasses import astuple, dataclass
 
-from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS, MapParams, ModParams
+from app.engine.drafting.kinds import (DEFAULT_DRAFT_MAX, KIND_OF_SPEC_TYPE, NGRAM_KINDS, NGRAM_REGISTRY, MapParams,
+                                      ModParams)
 from app.engine.errors import SpeculaError
 from app.engine.drafting.ngram_cache import not_a_cache_file
 
 MAP_TYPES = ("ngram-map-k", "ngram-map-k4v")
-IMPLEMENTED = ("none", "draft-simple", "ngram-simple", "ngram-mod", *MAP_TYPES, "ngram-cache")
+IMPLEMENTED = ("none", "draft-simple", *(k.spec_type for k in NGRAM_REGISTRY))
 # llama.cpp's other types: named, so that asking for one is "not implemented", not "unknown".
 NOT_IMPLEMENTED = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
-# --spec-type name -> the engine's drafter kind (app.engine.drafting.pair)
-ENGINE_KIND = {"ngram-simple": "lookup", "ngram-mod": "ngram-mod", "ngram-map-k": "ngram-map-k",
-               "ngram-map-k4v": "ngram-map-k4v", "ngram-cache": "ngram-cache"}
+ENGINE_KIND = KIND_OF_SPEC_TYPE  # --spec-type name -> the engine's drafter kind (app.engine.drafting.kinds)
 MOD_DEFAULTS = astuple(ModParams())  # the engine's own (n-match, n-min, n-max)
 MAP_DEFAULTS = astuple(MapParams())  # llama.cpp's (size-n, size-m, min-hits) of both map types
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from app.engine.drafting.kinds import SPEC_TYPE_OF  # the engine's n-gram kinds by llama.cpp's names
 from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, LOOKUP, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
 from app.compare.summary import ALL, Spread, table_rows, times, tps_spread
 
@@ -106,9 +107,6 @@ def _fastest(run: CompareRun, config: ConfigSpec, speedup: float, why: str = "")
                    tps_spread(run, config.name), tps_spread(run, NONE), why, config.server_types, config.server_url)
 
 
-# The engine's n-gram kinds by llama.cpp's --spec-type names (app.cli.spec_args.ENGINE_KIND).
-SPEC_TYPE_OF = {LOOKUP: "ngram-simple", "ngram-mod": "ngram-mod", "ngram-map-k": "ngram-map-k",
-                "ngram-map-k4v": "ngram-map-k4v", "ngram-cache": "ngram-cache"}
 
 
 def run_flags(choice: Fastest) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from app.compare.prompts import Prompt
 from app.engine.atomic import write_atomic
 from app.engine.loop.events import StopReason, decode_rate
-from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX  # noqa: F401 - the engine's ceiling, also read from here
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS  # noqa: F401 - the ceiling, also read from here
 from app.engine.errors import SpeculaError
 
 FORMAT = "specula-compare"
@@ -28,8 +28,8 @@ NONE, LOOKUP, MODEL = "none", "lookup", "model"  # drafter kinds
 LLAMA_SERVER, SERVER_URL = "llama-server", "server-url"
 ENGINE_KINDS = (LLAMA_SERVER, SERVER_URL)
 # n-gram drafters, also joined by "+" into one combined drafter ("lookup+ngram-cache"): the
-# engine's kinds (app.engine.drafting.pair), named here without importing it.
-NGRAM_PARTS = ("ngram-mod", "ngram-map-k4v", "ngram-map-k", LOOKUP, "ngram-cache")
+# engine's registry (app.engine.drafting.kinds).
+NGRAM_PARTS = NGRAM_KINDS
 
 
 def is_ngram_kind(kind: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX
+from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, kind_title
 
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
 NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats
@@ -18,8 +18,7 @@ KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, MODEL)
 # llama-server started here (llama.cpp's own engine and --spec-type), or a server at a URL.
 HERE, LLAMA_SERVER, AT_URL = "here", "llama-server", "url"
 RUNS_ON = (HERE, LLAMA_SERVER, AT_URL)
-DRAFTER_TEXT = {NONE: "no drafting", LOOKUP: "prompt lookup", NGRAM_CACHE: "n-gram cache",
-                LOOKUP_CACHE: "prompt lookup + n-gram cache"}  # a model is called by its name
+DRAFTER_TEXT = {NONE: "no drafting", **{kind: kind_title(kind) for kind in (LOOKUP, NGRAM_CACHE, LOOKUP_CACHE)}}  # a model is called by its name
 
 
 @dataclass(frozen=True)

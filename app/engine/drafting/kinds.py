@@ -13,8 +13,37 @@ NGRAM_MOD = "ngram-mod"
 NGRAM_MAP_K = "ngram-map-k"
 NGRAM_MAP_K4V = "ngram-map-k4v"
 LOOKUP_CACHE = f"{LOOKUP}+{NGRAM_CACHE}"  # the window's "prompt lookup + n-gram cache"
-# In the order a tie between matches goes (combined, the longest match drafts).
-NGRAM_KINDS = (NGRAM_MOD, NGRAM_MAP_K4V, NGRAM_MAP_K, LOOKUP, NGRAM_CACHE)
+
+
+@dataclass(frozen=True)
+class NgramKind:
+    """One model-free drafter kind, registered once: the engine's name, llama.cpp's --spec-type
+    for it, what tables and the window call it, and whether it learns across requests."""
+
+    name: str
+    spec_type: str
+    title: str
+    learns: bool = False
+
+
+# The registry, in the order a tie between matches goes (combined, the longest match drafts).
+# A new kind is a line here and its drafter in app.engine.drafting.pair.
+NGRAM_REGISTRY = (
+    NgramKind(NGRAM_MOD, "ngram-mod", "ngram-mod (learns from every reply)", learns=True),
+    NgramKind(NGRAM_MAP_K4V, "ngram-map-k4v", "ngram-map-k4v"),
+    NgramKind(NGRAM_MAP_K, "ngram-map-k", "ngram-map-k"),
+    NgramKind(LOOKUP, "ngram-simple", "prompt lookup"),
+    NgramKind(NGRAM_CACHE, "ngram-cache", "n-gram cache", learns=True),
+)
+NGRAM_KINDS = tuple(k.name for k in NGRAM_REGISTRY)
+SPEC_TYPE_OF = {k.name: k.spec_type for k in NGRAM_REGISTRY}  # engine kind -> llama.cpp's --spec-type
+KIND_OF_SPEC_TYPE = {k.spec_type: k.name for k in NGRAM_REGISTRY}  # --spec-type -> engine kind
+
+
+def kind_title(kind: str) -> str:
+    """What a (combined) kind is called: "prompt lookup + n-gram cache"."""
+    titles = {k.name: k.title for k in NGRAM_REGISTRY}
+    return " + ".join(titles.get(part, part) for part in kind.split("+"))
 
 from app.engine.seam import DEFAULT_DRAFT_MAX  # noqa: E402,F401 - defined beside the loop's seam, read from here too
 
