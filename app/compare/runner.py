@@ -39,8 +39,7 @@ from app.engine.gguf.info import GGUFInfo
 from app.engine.loader import LoadedModel
 from app.engine.drafting.pair import make_drafter, open_cache
 from app.engine.pair_loader import Headers, PairSpec, check_spec, load_draft_for, load_main
-from app.engine.loop.sampling import SamplingParams
-from app.engine.loop.speculative import DecodeSettings, generate
+from app.engine.loop.speculative import DecodeSettings, generate, make_settings
 from app.hub.display import display_name
 
 log = logging.getLogger(__name__)
@@ -291,15 +290,14 @@ class Runner:
 
     def _settings(self, main: LoadedModel, config: ConfigSpec) -> DecodeSettings:
         s = self.request.settings
-        return DecodeSettings(
-            max_new_tokens=s.n_predict, draft_max=config.draft_max, draft_min=s.draft_min,
-            draft_p_min=s.draft_p_min, adaptive_draft=config.adaptive,
-            sampling=SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                                    min_p=s.min_p, seed=s.seed),
-            # A base model without a template stops where chat would (the next "User:" turn).
-            stop_strings=() if s.ignore_eos or has_chat_template(main.tokenizer) else FALLBACK_STOPS,
-            stop_token_ids=() if s.ignore_eos else None,
-        )
+        settings = make_settings(  # the one factory the CLI, the window and the server use
+            max_new_tokens=s.n_predict, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+            seed=s.seed, draft_max=config.draft_max, draft_min=s.draft_min, draft_p_min=s.draft_p_min,
+            adaptive_draft=config.adaptive)
+        # A base model without a template stops where chat would (the next "User:" turn).
+        return replace(settings,
+                       stop_strings=() if s.ignore_eos or has_chat_template(main.tokenizer) else FALLBACK_STOPS,
+                       stop_token_ids=() if s.ignore_eos else None)
 
     # --- reporting ----------------------------------------------------------------------------
 
