@@ -76,7 +76,8 @@ def test_it_loads_on_llama_cpp_as_a_draft_whose_greedy_output_is_plain_decodings
     require_llama_cpp()
     from app.engine.backends.llamacpp.kv import LlamaSettings
     from app.engine.drafting.drafters import ModelDrafter
-    from app.engine.drafting.pair import load_draft, make_drafter
+    from app.engine.drafting.pair import make_drafter
+    from app.engine.pair_loader import PairSpec, load_draft_for
     from app.engine.loader import load_model
     from app.engine.loop.events import DoneEvent
     from app.engine.loop.sampling import SamplingParams
@@ -86,7 +87,7 @@ def test_it_loads_on_llama_cpp_as_a_draft_whose_greedy_output_is_plain_decodings
     # wait on each other for whole time slices (100 ms a token measured here under load).
     one = LlamaSettings(threads=1)
     main = load_model(main_file, backend="llama.cpp", llama=one)
-    draft = load_draft(main, draft_file, backend="llama.cpp", llama=one)
+    draft, _ = load_draft_for(main, PairSpec(main_file, draft_file, backend="llama.cpp", llama=one))
     assert draft.model.n_layers == len(KEEP) == draft.info.n_layers
     assert draft.model.n_vocab == main.model.n_vocab
     assert list(draft.info.tokens()) == list(main.info.tokens())

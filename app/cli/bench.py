@@ -30,15 +30,12 @@ import torch
 from app.cli import bench_server
 from app.cli.bench_common import PROMPTS, engine_facts, prompt_ids, timed_reply
 from app.cli.bench_verdict import AGAIN, format_verdict, verdicts
-from app.cli.run import load_main
-from app.cli.spec_args import spec_choice
+from app.cli.run import load_main, pair_spec
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
 from app.engine.drafting.pair import LOOKUP, NONE, make_drafter
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
-from app.cli import backend_kwargs
-from app.hub.builtin import resolve_model_arg
 from app.hub.display import display_name
 
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
@@ -207,9 +204,8 @@ def _server_peer(main: LoadedModel, args: argparse.Namespace):
     if why is not None:
         print(f"specula: {why}: llama-server's rows are left out", file=sys.stderr, flush=True)
         return None
-    draft = spec_choice(args).draft_model
-    peer = bench_server.LlamaServerPeer(main.path, main.plan.threads, 4096,
-                                        draft=resolve_model_arg(draft) if draft else None, extra_args=args.server_arg,
+    draft = pair_spec(args).draft_path
+    peer = bench_server.LlamaServerPeer(main.path, main.plan.threads, 4096, draft=draft, extra_args=args.server_arg,
                                         stop_ids=_stop_ids(main))
     try:
         peer.check(prompt_ids(main, PROMPTS["code-rewrite"]))
@@ -224,23 +220,21 @@ def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str,
     """Each benched drafter by name, as a function making it with nothing learned (a new
     in-memory n-gram cache or pool): none, prompt lookup, the learning kinds, and the flags' own
     (-md's model loaded once, --spec-type's combination) under _USERS."""
-    from app.engine.drafting.pair import MapParams, ModParams, load_draft
+    from app.engine.pair_loader import load_draft_for, ngram_params
 
     factories: dict[str, Callable[[], object]] = {NONE: lambda: make_drafter(main, NONE),
                                                   LOOKUP: lambda: make_drafter(main, LOOKUP)}
     for kind in _LEARNING_KINDS:
         factories[kind] = functools.partial(make_drafter, main, kind)
-    spec = spec_choice(args)
-    if spec.ngram in (NONE, LOOKUP) and not spec.draft_model:
+    spec = pair_spec(args)  # the flags parsed once, as run parses them
+    if spec.ngram in (NONE, LOOKUP) and not spec.draft_path:
         return factories
-    draft = None
-    if spec.draft_model:
-        draft = load_draft(main, resolve_model_arg(spec.draft_model), device=args.device, dtype=args.dtype,
-                           n_gpu_layers=args.n_gpu_layers_draft, **backend_kwargs(args))
+    draft = check = None
+    if spec.draft_path:
+        draft, check = load_draft_for(main, spec)
     factories[_USERS] = functools.partial(make_drafter, main, spec.ngram, draft=draft,
-                                          draft_ctx=args.ctx_size_draft or args.ctx_size or None,
-                                          mod=ModParams(*spec.mod), map_k=MapParams(*spec.map_k),
-                                          map_k4v=MapParams(*spec.map_k4v))
+                                          draft_ctx=args.ctx_size_draft or args.ctx_size or None, check=check,
+                                          **ngram_params(spec))
     return factories
 
 

@@ -57,7 +57,7 @@ class Row:
 
 def cmd_bench_pair(args: argparse.Namespace) -> int:
     from app.engine.backends.llamacpp.kv import LlamaSettings
-    from app.engine.drafting.pair import load_draft
+    from app.engine.pair_loader import PairSpec, load_draft_for
     from app.engine.loader import load_model
     from app.engine.loop.chat import render_prompt
 
@@ -73,7 +73,8 @@ def cmd_bench_pair(args: argparse.Namespace) -> int:
         raise SystemExit("specula: error: -n and -r must be at least 1")
     settings = LlamaSettings(threads=max(0, args.threads))
     main = load_model(resolve_model_arg(args.model), backend="llama.cpp", llama=settings)
-    draft = load_draft(main, resolve_model_arg(args.model_draft), backend="llama.cpp", llama=settings)
+    draft, _ = load_draft_for(main, PairSpec(main.path, resolve_model_arg(args.model_draft), backend="llama.cpp",
+                                             llama=settings))
     threads = settings.thread_count()
     ids = {p: render_prompt(main.tokenizer, [{"role": "user", "content": PROMPTS[p]}]) for p in names}
     n_ctx = max(len(v) for v in ids.values()) + args.n_predict + max(lengths + [16]) + 8

@@ -64,13 +64,6 @@ def check_pair(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
     return result
 
 
-def load_draft(main: LoadedModel, draft_path: str | Path, **load_kwargs) -> LoadedModel:
-    """Check the draft against the main model's header, then load it (the header read once)."""
-    info = read_gguf_info(draft_path)
-    check_pair(main.info, info)
-    return load_model(draft_path, info=info, **load_kwargs)
-
-
 def make_drafter(
     main: LoadedModel,
     kind: str = NONE,
