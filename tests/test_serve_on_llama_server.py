@@ -112,3 +112,25 @@ def test_the_window_serves_its_llama_server_engine(qtbot, data_dir, tiny_paths):
     with qtbot.waitSignal(window.server.stopped, timeout=WAIT_MS):
         panel.toggle.setChecked(False)
     assert panel.status.text().startswith("Off")
+
+
+def test_serve_on_a_server_at_a_url_never_shows_its_key(tmp_path, tiny_paths):
+    _require_server()
+    from app.engine.llama_server.process import LlamaServer
+
+    key_file = tmp_path / "remote.key"
+    key_file.write_text("remote-s3cret\n")
+    with LlamaServer(tiny_paths["llama-q8"], ["-t", "1", "--api-key", "remote-s3cret"]) as remote:
+        server = ServerProcess(["-m", "tiny", "--server", remote.url, "--server-api-key-file", str(key_file),
+                                "--port", "0"])
+        try:
+            url = server.wait_ready()
+            body = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": N, "temperature": 0}
+            with httpx2.Client(base_url=url, timeout=120) as client:
+                answer = client.post("/v1/chat/completions", json=body)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["usage"]["completion_tokens"] == N
+                listed = client.get("/v1/models").text
+        finally:
+            server.stop()
+    assert "remote-s3cret" not in "".join(server.lines) + answer.text + listed
