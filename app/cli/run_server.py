@@ -29,7 +29,9 @@ def add_engine_flag(parser: argparse.ArgumentParser) -> None:
                              f"the default for a --spec-type only it runs: {', '.join(SERVER_ONLY)})")
 
 
-def add_server_flags(parser: argparse.ArgumentParser) -> None:
+def add_server_flags(parser: argparse.ArgumentParser, key_flag: str = "--api-key-file") -> None:
+    """--server, --server-api and the remote's key file (`key_flag`: serve's own --api-key-file
+    is its listening key, so serve names the remote's --server-api-key-file)."""
     parser.add_argument("--server", metavar="URL", default=None,
                         help="a server already running (here or elsewhere) answers instead: its URL, e.g. "
                              "http://127.0.0.1:8080 (https is verified): llama-server, or any speaking OpenAI's "
@@ -37,7 +39,7 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-api", choices=("auto", "llama-server", "openai"), default="auto",
                         help="with --server: how to speak to it (default auto: llama-server's own API where it "
                              "answers /props as llama-server, else OpenAI's)")
-    parser.add_argument("--api-key-file", metavar="FILE", default=None,
+    parser.add_argument(key_flag, dest="server_key_file", metavar="FILE", default=None,
                         help="with --server: a file holding its API key (read, never printed or logged)")
 
 
@@ -108,7 +110,7 @@ def server_engine(args: argparse.Namespace) -> "ServerEngine":
     from app.engine.llama_server.session import ServerEngine
 
     if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
-        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.api_key_file),
+        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.server_key_file),
                             api=getattr(args, "server_api", "auto"), model_name=args.model)
     types = tuple(t for t in (args.spec_type or ()) if t != "none") + (("ngram-simple",) if args.lookup else ())
     defaults = argparse.ArgumentParser()

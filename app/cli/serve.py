@@ -2,6 +2,11 @@
 
     specula serve -m MAIN [-md DRAFT] [--spec-type ngram-simple,ngram-cache [-lcd FILE]]
                   [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--cors-origin ORIGIN ...]
+    specula serve --engine llama-server --spec-type ngram-mod -m MAIN [--rpc HOST:PORT,...]
+    specula serve --server URL [--server-api-key-file F] -m NAME
+
+On llama-server (started here) or a server at a URL the same routes and policy answer; the
+replies come from that engine (app.server.served_server).
 
 The sampling flags (--temp 0.8, --top-k 40, ...) are the defaults of requests that do not set
 them, as in llama-server. The server (Starlette, uvicorn, torch) is imported only by the command.
@@ -15,13 +20,17 @@ from pathlib import Path
 
 from app.cli import add_model_flags, add_sampling_flags
 from app.cli.run import load_cli_pair, save_learned, settings_from_args
+from app.cli.run_server import LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import BUILTIN_MODELS
 
 
 def register(sub) -> None:
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat and text completions)")
-    add_model_flags(serve)
+    add_model_flags(serve, server=True)
+    add_engine_flag(serve)
+    add_rpc_flag(serve)
+    add_server_flags(serve, key_flag="--server-api-key-file")
     add_sampling_flags(serve, n_predict=-1, n_predict_help="tokens to generate when a request sets no "
                        "max_tokens (-1 = up to the end of the context, the default)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key)")
@@ -90,27 +99,53 @@ def load_served(args: argparse.Namespace, defaults):
     return served, pair
 
 
+def served_on_server(args: argparse.Namespace, defaults):
+    """(the served model, its ServerSession: llama-server started here, or the server at --server)."""
+    from app.cli.run_server import server_engine
+    from app.engine.llama_server.session import ServerSession
+    from app.hub.builtin import resolve_model_arg
+    from app.server.served_server import ServedServer
+
+    engine = server_engine(args)
+    model = None if engine.url else resolve_model_arg(args.model)
+    session = ServerSession(engine, model)
+    try:
+        session.__enter__()  # started (or connected) now, before the ready line
+        served = ServedServer.create(session, defaults, engine.drafter_label, model=model,
+                                     model_id=args.alias or (None if model else args.model),
+                                     default_max_tokens=args.n_predict if args.n_predict > 0 else None)
+    except BaseException:
+        session.close()
+        raise
+    return served, session
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.app import ServerConfig, create_app
     from app.server.launch import ManagedServer, bind_socket, check_bind_allowed
 
     check_args(args)
-    spec_choice(args)  # conflicting drafting flags: one line before the port is bound
+    on_server = engine_of(args) == LLAMA_SERVER
+    if not on_server:
+        spec_choice(args)  # conflicting drafting flags: one line before the port is bound
     defaults = default_settings(args)
     api_key = api_key_from_args(args)
     origins = cors_origins_from_args(args)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
-    pair = None
+    pair = session = None
     try:
-        served, pair = load_served(args, defaults)
+        if on_server:
+            served, session = served_on_server(args, defaults)
+        else:
+            served, pair = load_served(args, defaults)
         app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue, cors_origins=origins))
 
         def ready(url: str) -> None:
             key = "API key required" if api_key else "no API key"
             named = f" ({served.title})" if served.title not in ("", served.model_id) else ""
             print(f"specula: serving {served.model_id}{named} (drafter: {served.drafter_name}, context "
-                  f"{served.n_ctx}, {key}) at {url}/v1; Ctrl-C stops", file=sys.stderr, flush=True)
+                  f"{served.n_ctx or 'not known'}, {key}) at {url}/v1; Ctrl-C stops", file=sys.stderr, flush=True)
 
         server = ManagedServer(app, sock, verbose=getattr(args, "verbose", False), on_ready=ready)
         try:
@@ -119,6 +154,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pass  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
     finally:
         sock.close()
+        if session is not None:
+            session.close()  # stops the llama-server started here
         if pair is not None:
             save_learned(pair)  # what the requests taught the n-gram cache (-lcd)
     print("specula: server stopped", file=sys.stderr)

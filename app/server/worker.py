@@ -22,13 +22,13 @@ import math
 import queue
 import threading
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.loop.events import DoneEvent, RunSummary, StepEvent, StopReason
 from app.engine.loop.speculative import DecodeSettings
 from app.server.errors import ApiError, context_exceeded, internal_error, server_busy, shutting_down
-from app.server.model import ServedModel
+from app.server.served_server import Served
 from app.server.stats import ServerStats
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ JobItem = StepEvent | DoneEvent | ApiError
 class Job:
     """One request's generation, seen from both sides: the worker posts, the handler awaits."""
 
-    def __init__(self, prompt_ids: list[int], settings: DecodeSettings, loop: asyncio.AbstractEventLoop,
+    def __init__(self, prompt_ids: Sequence[int], settings: DecodeSettings, loop: asyncio.AbstractEventLoop,
                  client: str = "") -> None:
         self.prompt_ids = prompt_ids
         self.settings = settings
@@ -89,9 +89,9 @@ class Admission:
 
 
 class ModelWorker:
-    """The thread that owns a ServedModel's generation, and the bounded queue in front of it."""
+    """The thread that owns a served model's generation (ServedModel, ServedServer), and the bounded queue in front of it."""
 
-    def __init__(self, served: ServedModel, max_waiting: int = 8, stats: ServerStats | None = None) -> None:
+    def __init__(self, served: Served, max_waiting: int = 8, stats: ServerStats | None = None) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         self.served = served
@@ -137,7 +137,7 @@ class ModelWorker:
             self._admitted.append(admission)
         return admission
 
-    def submit(self, prompt_ids: list[int], settings: DecodeSettings, client: str = "",
+    def submit(self, prompt_ids: Sequence[int], settings: DecodeSettings, client: str = "",
                admission: Admission | None = None) -> Job:
         """Queue a generation (call from the event loop) in the place `admission` holds; without
         one, 503 when the wait queue is full."""

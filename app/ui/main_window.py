@@ -288,7 +288,7 @@ class MainWindow(QMainWindow):
 
     def _on_server_loaded(self, facts: dict) -> None:
         """llama-server started here, or the server at a URL answered: the chat replies on it."""
-        self.serve_panel.set_available(False, "it serves Specula's own engine; this model runs on llama-server")
+        self.serve_panel.set_available(True)  # it serves through the same engine (worker.serving)
         self.panel.set_model_loaded(True)
         self.panel.set_base_model(not facts.get("chat_template", True))
         self.panel.input.setFocus()

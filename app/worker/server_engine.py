@@ -29,7 +29,7 @@ class ServerPair:
     session: Any
     spec: PairSpec
     facts: dict[str, Any] = field(default_factory=dict)
-    drafter: Any = None  # what the Local API server would need: none here (it serves our own loop)
+    drafter: Any = None  # none here: the Local API server serves through the session (worker.serving)
 
     def reset_state(self) -> None:
         """After a failed reply: nothing to reset here (the session starts llama-server again

@@ -2,6 +2,9 @@
 
 The server gets its own KV caches and drafter state (ServedModel.create, LoadedPair.new_drafter), so the
 window's chat and API requests never touch each other's caches; they share the weights and the CPU.
+On an engine beyond this process (a ServerPair: llama-server started here, or a server at a URL)
+it serves through a session of its own on that server (served_server.ServedServer): the same
+routes, key and web-page rules, the replies from that engine.
 Starting and stopping run on a pool thread (binding, uvicorn start-up and its shutdown wait), so
 the window never waits on them.
 """
@@ -21,16 +24,35 @@ DEFAULT_PORT = 8080
 
 
 def _start(pair: Any, settings: Any, port: int, api_key: str | None) -> Any:
-    from app.server.app import ServerConfig, create_app
-    from app.server.launch import BackgroundServer, bind_socket
     from app.server.model import ServedModel
     from app.worker.engine_calls import decode_settings
+    from app.worker.server_engine import ServerPair
 
+    if isinstance(pair, ServerPair):
+        served = served_on_server_pair(pair, decode_settings(settings))
+        return _serve(served, port, api_key)
     # Fresh state and draft cache; the n-gram cache is shared: requests learn into it too.
     drafter = pair.new_drafter()
-    served = ServedModel.create(pair.main, drafter, decode_settings(settings))
+    return _serve(ServedModel.create(pair.main, drafter, decode_settings(settings)), port, api_key)
+
+
+def _serve(served: Any, port: int, api_key: str | None) -> Any:
+    from app.server.app import ServerConfig, create_app
+    from app.server.launch import BackgroundServer, bind_socket
+
     sock = bind_socket("127.0.0.1", port)  # the window serves this machine only
     return BackgroundServer(create_app(served, ServerConfig(api_key=api_key or None)), sock).start()
+
+
+def served_on_server_pair(pair: Any, defaults: Any) -> Any:
+    """The window's engine beyond this process as the server's model: a session of its own on
+    the same llama-server (or URL, with the same key), so API requests never share the chat's."""
+    from app.server.served_server import ServedServer, session_beside
+
+    session = pair.session
+    model = session.model
+    return ServedServer.create(session_beside(session), defaults, session.engine.drafter_label, model=model,
+                               engine_line=session.describe())
 
 
 def _stop(server: Any) -> None:

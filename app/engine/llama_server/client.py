@@ -102,6 +102,10 @@ class ServerClient:
             raise ServerError(f"{self.base_url}/tokenize: the answer has no list of token ids")
         return tokens
 
+    def props(self) -> Any:
+        """llama-server's /props (its build, context and default settings), as it answers them."""
+        return self._request("GET", "/props", None, self.timeout_s)
+
     def apply_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt the model's chat template makes of `messages` (llama-server's /apply-template)."""
         answer = self._request("POST", "/apply-template", {"messages": messages}, self.timeout_s)

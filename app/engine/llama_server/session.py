@@ -183,6 +183,11 @@ class ServerSession:
             self._connect()
         return self._openai is not None
 
+    @property
+    def openai_model(self) -> str | None:
+        """The model asked for on a server speaking OpenAI's API (None for llama-server's own)."""
+        return self._openai_model if self.speaks_openai else None
+
     def _connect(self) -> None:
         """The client for the server at the URL: llama-server's native one where it answers
         /props as llama-server does (or the engine names it), else OpenAI's."""
