@@ -139,6 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def open_window(self_test: str | None = None) -> int:
     """The window lives in app.ui, which imports Qt: imported only here, the one door from the
     command line that pyproject.toml's import contract declares, so that the CLI starts fast."""
-    from app.ui.launch import run_window
+    from app.ui.shell.launch import run_window
 
     return run_window(self_test)

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QGraphicsOpacityEffect, QHBoxLayout, QLabel, QSlid
 
 from app.engine.gguf.info import GGUFInfo, format_bytes
 from app.hub.fit import memory_need
-from app.ui.style import small_muted_label
+from app.ui.shell.style import small_muted_label
 
 
 class OffloadControl(QWidget):
