@@ -538,7 +538,7 @@ def plan_text(facts: dict[str, Any]) -> str:
 
 
 def loaded_text(facts: dict[str, Any]) -> str:
-    from app.engine.gguf.info import format_bytes
+    from app.ui.shell.format import format_bytes
 
     if facts.get("engine_line"):
         took = "connected" if facts.get("runs_on") == AT_URL else "started"
