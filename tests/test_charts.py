@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtGui import QColor, QImage
 
 from app.engine.loop.events import Origin, StepEvent
-from app.ui.charts import LiveCharts, _nice_ceiling
-from app.ui.format import relative_time, stats_line
+from app.ui.chat.charts import LiveCharts, _nice_ceiling
+from app.ui.shell.format import relative_time, stats_line
 
 PROMPT = "The model reads the file and the model writes the file. " * 3
 
@@ -250,7 +250,7 @@ def test_a_reply_that_drafted_once_shows_its_acceptance(charts, qtbot):
     """Issue 52 item 12: 8 drafted and 1 accepted in one step drew a bar by position and nothing
     on the acceptance chart (one point of a line draws nothing); the whole-reply entry of its
     legend never drew either."""
-    from app.ui.charts import ACCEPT
+    from app.ui.chat.charts import ACCEPT
     from tests.test_gui import shot
 
     charts.reset(100.0)

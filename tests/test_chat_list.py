@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QLineEdit, QStyleOptionViewItem
 
 from app.history import HistoryStore
-from app.ui.chat_list import SEARCH_DELAY_MS, ChatList
+from app.ui.chat.chat_list import SEARCH_DELAY_MS, ChatList
 
 
 @pytest.fixture

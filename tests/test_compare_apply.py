@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 from app.compare.fastest import fastest
 from app.compare.results import MODEL, NONE
-from app.ui.compare_choice import USE_TEXT
+from app.ui.compare.choice import USE_TEXT
 from tests.test_compare_view import WAIT_MS, one_torch_thread, set_up, wait_done  # noqa: F401 (autouse fixture)
 from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
 
@@ -99,7 +99,7 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
 
 def test_the_status_line_names_each_kind_of_winner():
     from app.compare.fastest import Fastest
-    from app.ui.compare_choice import applied_text
+    from app.ui.compare.choice import applied_text
 
     cache = Fastest("lookup+ngram-cache", "/m/main.gguf", "lookup+ngram-cache", None, 16, True, 0, 0.75, 1.5)
     assert "main with prompt lookup + n-gram cache, draft max 16 — press Load" in applied_text(cache, "main", None)

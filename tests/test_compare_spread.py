@@ -13,7 +13,7 @@ from app.compare.fastest import fastest, reproduce_line
 from app.compare.prompts import Prompt
 from app.compare.results import LOOKUP, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult, RunSettings
 from app.compare.summary import speedup_spread, tps_spread, verdict
-from app.ui.compare_choice import WIN_COLOUR
+from app.ui.compare.choice import WIN_COLOUR
 from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
 
 TOKENS = 40
@@ -74,7 +74,7 @@ def test_a_clear_winner_shows_both_spreads():
 
 
 def test_compare_verdict_with_spread_in_the_window(qtbot, data_dir, tmp_path):
-    from app.ui.compare_view import CompareWindow
+    from app.ui.compare.view import CompareWindow
 
     window = CompareWindow([])
     qtbot.addWidget(window)
@@ -98,8 +98,8 @@ def test_compare_verdict_with_spread_in_the_window(qtbot, data_dir, tmp_path):
 
 
 def test_setup_offers_every_chat_drafter_and_the_runs(qtbot, data_dir, tiny_paths):
-    from app.ui.compare_view import CompareWindow
-    from app.ui.library import FILE, entry_for_file
+    from app.ui.compare.view import CompareWindow
+    from app.ui.models.library import FILE, entry_for_file
 
     window = CompareWindow([entry_for_file(tiny_paths["llama-f32"], FILE)])
     qtbot.addWidget(window)

@@ -15,8 +15,8 @@ from PySide6.QtGui import QImage, QTextDocument
 
 from app.compare.results import CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, load_run
 from app.compare.summary import verdict
-from app.ui.compare_view import CompareWindow, runs_dir
-from app.ui.library import FILE, entry_for_file
+from app.ui.compare.view import CompareWindow, runs_dir
+from app.ui.models.library import FILE, entry_for_file
 from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
 
 WAIT_MS = 120_000

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 
 from app.desktop_entry import ICON_SIZES
 from app.hub.builtin import builtin_path
-from app.ui.launch import make_app
+from app.ui.shell.launch import make_app
 from app.worker.requests import LOOKUP, NONE
 from tests.test_gui import WAIT_MS, add_models, data_dir, load_pair, open_window  # noqa: F401
 
@@ -111,7 +111,7 @@ def test_a_failed_load_says_why_on_the_page(qtbot, data_dir, tiny_paths, tmp_pat
 
 
 def test_an_unavailable_demo_stays_disabled_with_the_reason(qtbot):
-    from app.ui.empty_state import EmptyState
+    from app.ui.shell.empty_state import EmptyState
 
     page = EmptyState()
     qtbot.addWidget(page)

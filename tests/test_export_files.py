@@ -31,7 +31,7 @@ def umask_022():
 
 
 def _save_png(run: CompareRun, path: Path) -> Path:
-    from app.ui.compare_png import save_png
+    from app.ui.compare.png import save_png
 
     return save_png(run, path)
 
@@ -53,7 +53,7 @@ def test_exports_ignore_a_planted_part_link_and_are_private(tmp_path, writer, um
 def test_charts_png_ignores_a_planted_part_link(tmp_path, umask_022, qtbot):
     from PySide6.QtWidgets import QLabel
 
-    from app.ui.charts import save_widget_png
+    from app.ui.chat.charts import save_widget_png
 
     label = QLabel("speed")
     qtbot.addWidget(label)

@@ -8,7 +8,7 @@ Real tiny GGUF models through the real loader; offscreen Qt. SPECULA_SHOTS saves
 from __future__ import annotations
 
 from app.engine.loop.chat import ChatSession, plain_text, render_prompt
-from app.ui.pair_picker import BASE_MODEL_NOTE
+from app.ui.models.pair_picker import BASE_MODEL_NOTE
 from app.worker.requests import GenSettings
 from tests.test_gui import add_models, data_dir, load_pair, open_window, send, shot  # noqa: F401 (data_dir)
 

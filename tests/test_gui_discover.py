@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.engine.drafting.compat import check_compatibility, check_draft
 from app.engine.gguf.info import format_bytes, read_gguf_info
-from app.ui.discover import KEY_ROLE, DiscoverPanel
+from app.ui.discover.panel import KEY_ROLE, DiscoverPanel
 from app.worker.hub_tasks import HubCalls
 from tests.test_gui import shot
 from tests.hf_server import (BIG_FILE, GOOD_TOKEN, REPO_BIG, REPO_BROKEN, REPO_FOREIGN, REPO_GATED, REPO_MID, REPO_SMALL,
@@ -309,7 +309,7 @@ def test_shutdown_during_a_download_stops_it_and_keeps_what_arrived(qtbot, panel
 
 def test_progress_words():
     from app.hub.progress import DownloadProgress
-    from app.ui.discover_text import eta_text, progress_line
+    from app.ui.discover.text import eta_text, progress_line
 
     def p(**kw):
         base = dict(repo_id="r", filename="f.gguf", part=1, n_parts=1, done=3 << 20, total=10 << 20,
@@ -328,7 +328,7 @@ def test_progress_words():
 
 def test_a_draft_that_cannot_draft_says_why(hub_files, tmp_path):
     """A vocabulary neither side can re-tokenize (WordPiece) is refused with the reason."""
-    from app.ui.discover_text import draft_html
+    from app.ui.discover.text import draft_html
     from tests.header_gguf import make_tokens, write_gguf
     from tests.tiny_gguf import VOCAB_SIZE
 

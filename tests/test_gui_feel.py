@@ -11,7 +11,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox, QScrollBar, QWidget
 
-from app.ui.chat_panel import ChatPanel
+from app.ui.chat.panel import ChatPanel
 from tests.test_gui import data_dir, open_window, shot  # noqa: F401 (data_dir is a fixture)
 
 

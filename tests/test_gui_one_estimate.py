@@ -10,7 +10,7 @@ import html
 
 from app.engine.gguf.info import read_gguf_info
 from app.hub.fit import machine_memory, memory_need
-from app.ui.library import FILE, entry_for_file
+from app.ui.models.library import FILE, entry_for_file
 from tests.hf_server import REPO_SMALL, fake_hub, hub, hub_files  # noqa: F401 (fixtures)
 from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
 from tests.test_gui_discover import browse, panel  # noqa: F401 (panel: a fixture)
@@ -19,7 +19,7 @@ SMALL_FILE = "Tiny-Llama-1L-F32.gguf"
 
 
 def test_discover_and_the_model_tab_show_one_need(qtbot, data_dir, panel, hub_files):
-    from app.ui.pair_picker import PairPicker
+    from app.ui.models.pair_picker import PairPicker
 
     details = browse(qtbot, panel, REPO_SMALL, SMALL_FILE)
     info = read_gguf_info(hub_files["small"])

@@ -13,8 +13,8 @@ import pytest
 
 from app.hub.draft_verdict import SELF_DRAFT_COST
 from app.hub.identity import same_header_weights, same_weights
-from app.ui.draft_labels import SAME_WEIGHTS
-from app.ui.library import FILE, entry_for_file
+from app.ui.models.draft_labels import SAME_WEIGHTS
+from app.ui.models.library import FILE, entry_for_file
 from app.worker.requests import LOOKUP, MODEL
 from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
 
@@ -36,7 +36,7 @@ def test_a_copy_is_the_same_weights_and_a_sibling_is_not(tiny_paths, copy, tmp_p
 
 
 def test_the_chat_never_keeps_a_copy_of_the_main_model_as_its_draft(qtbot, data_dir, tiny_paths, copy):
-    from app.ui.pair_picker import PairPicker
+    from app.ui.models.pair_picker import PairPicker
 
     picker = PairPicker()
     qtbot.addWidget(picker)
@@ -63,7 +63,7 @@ def test_the_chat_never_keeps_a_copy_of_the_main_model_as_its_draft(qtbot, data_
 
 
 def test_compare_marks_the_copy_and_never_ticks_it(qtbot, data_dir, tiny_paths, copy):
-    from app.ui.compare_view import CompareWindow
+    from app.ui.compare.view import CompareWindow
 
     window = CompareWindow([entry_for_file(p, FILE) for p in (tiny_paths["llama-f32"], tiny_paths["llama-other"], copy)])
     qtbot.addWidget(window)

@@ -58,8 +58,8 @@ sys.path.insert(0, sys.argv[1])
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 os.environ["SPECULA_DATA_DIR"] = sys.argv[2]
 from PySide6.QtCore import QTimer
-from app.ui.launch import make_app
-from app.ui.main_window import MainWindow
+from app.ui.shell.launch import make_app
+from app.ui.shell.main_window import MainWindow
 from app.worker.requests import NONE, GenSettings
 
 app = make_app()
@@ -141,7 +141,7 @@ def test_a_process_killed_mid_reply_leaves_the_partial_reply(qtbot, data_dir, sl
 
 
 def test_self_test_times_out_with_the_reason(qapp, data_dir, tmp_path):
-    from app.ui.selftest import run_self_test
+    from app.ui.shell.selftest import run_self_test
 
     code = run_self_test(qapp, str(tmp_path / "never.png"), timeout_s=0.001)
     assert code == 1 and not (tmp_path / "never.png").exists()

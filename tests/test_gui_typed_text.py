@@ -29,7 +29,7 @@ def painted(window, widget):
 
 
 def test_the_hint_follows_plain_completion_at_once(qtbot, data_dir, tiny_paths):
-    from app.ui.chat_panel import CHAT_PLACEHOLDER, PLAIN_PLACEHOLDER
+    from app.ui.chat.panel import CHAT_PLACEHOLDER, PLAIN_PLACEHOLDER
 
     window = open_window(qtbot)
     base = tiny_paths["llama-notemplate"]  # no chat template: a base model

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.ui.compare_view import CompareWindow
-from app.ui.library import FILE, entry_for_file
+from app.ui.compare.view import CompareWindow
+from app.ui.models.library import FILE, entry_for_file
 from app.worker.requests import MODEL
 from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
 
@@ -47,7 +47,7 @@ def test_plain_words_on_screen_the_exact_term_in_the_tooltip(qapp):
     the term a user may know from llama.cpp (TTFT, mean accepted length, RSS)."""
     from PySide6.QtCore import Qt as _Qt
 
-    from app.ui.compare_table import COLUMNS, CompareTableModel
+    from app.ui.compare.table import COLUMNS, CompareTableModel
 
     model = CompareTableModel()
     shown = {model.headerData(i, _Qt.Orientation.Horizontal): model.headerData(i, _Qt.Orientation.Horizontal,

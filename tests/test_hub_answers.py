@@ -127,7 +127,7 @@ def test_the_windows_discover_words_escape_remote_text_too():
     from datetime import datetime
 
     from app.hub.repos import GGUFModelFile, RepoResult
-    from app.ui.discover_text import file_label, repo_row, repo_tooltip
+    from app.ui.discover.text import file_label, repo_row, repo_tooltip
 
     repo = RepoResult(f"evil/{ESC}", 1, 2, datetime(2025, 1, 1), False, (), None, f"llama{ESC}")
     assert "\x1b" not in repo_row(repo)[0] + repo_tooltip(repo)

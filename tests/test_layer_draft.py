@@ -201,6 +201,20 @@ def test_an_architecture_with_irregular_layers_is_refused(tmp_path):
     assert not (tmp_path / "draft.gguf").exists()
 
 
+def test_bench_pair_is_registered_by_build_parser_not_by_make_draft():
+    """Each command's module registers its own command only; build_parser lists them all, so a
+    newcomer finds `bench-pair` where every other command is (issue 49 item 7)."""
+    import argparse
+
+    from app.cli import build_parser, make_draft
+
+    alone = argparse.ArgumentParser().add_subparsers()
+    make_draft.register(alone)
+    assert list(alone.choices) == ["make-draft"]
+    commands = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    assert {"make-draft", "bench-pair"} <= set(commands.choices)
+
+
 def test_make_draft_and_bench_pair_run_end_to_end(main_file, tmp_path, capsys):
     from app.cli import main as cli
 

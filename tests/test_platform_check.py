@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from app.ui.platform_check import debian_package, missing_libraries, uses_xcb, xcb_problem
+from app.ui.shell.platform_check import debian_package, missing_libraries, uses_xcb, xcb_problem
 
 
 @pytest.mark.parametrize("soname, package", [

@@ -64,8 +64,8 @@ def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_pre
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import (bench_args, bench_busy, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft, rpc_worker,
-                         run, serve)
+    from app.cli import (bench_args, bench_busy, bench_pair, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft,
+                         rpc_worker, run, serve)
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(sub)
     desktop.register(sub)
     make_draft.register(sub)
+    bench_pair.register(sub)
     return parser
 
 
@@ -139,6 +140,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def open_window(self_test: str | None = None) -> int:
     """The window lives in app.ui, which imports Qt: imported only here, the one door from the
     command line that pyproject.toml's import contract declares, so that the CLI starts fast."""
-    from app.ui.launch import run_window
+    from app.ui.shell.launch import run_window
 
     return run_window(self_test)

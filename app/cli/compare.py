@@ -144,7 +144,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.csv:
         save_csv(run, args.csv)
     if args.png:
-        from app.ui.compare_png import save_png  # Qt, only here: the one door pyproject.toml allows
+        from app.ui.compare.png import save_png  # Qt, only here: the one door pyproject.toml allows
 
         save_png(run, args.png)
     return 0 if run.status == COMPLETE else 130

@@ -1,6 +1,6 @@
 """`specula make-draft MODEL`: a self-speculative draft, the model with some of its layers left
-out (app.engine.gguf.layer_draft), for `-md`. Also registers `specula bench-pair`, which measures
-such a pair (app.cli.bench_pair).
+out (app.engine.gguf.layer_draft), for `-md`; `specula bench-pair` (app.cli.bench_pair) measures
+such a pair.
 
 The draft goes to Specula's cache folder (~/.cache/specula/drafts, XDG_CACHE_HOME honoured)
 unless -o says otherwise: the main model often sits where writing is wrong or impossible (a
@@ -22,9 +22,6 @@ def register(sub) -> None:
     make.add_argument("--keep", metavar="SPEC", help="layers to keep, e.g. 0-5,10,28-29 (default: 5 in 6 of them: the first three, the last, any global-attention layers, the rest spread evenly; measured: with fewer, drafts of these small models were rarely accepted)")
     make.add_argument("-o", "--output", metavar="OUT.gguf", help=f"where to write it (default: {drafts_dir()}/<model>.layers-<kept>.gguf)")
     make.set_defaults(func=cmd_make_draft)
-    from app.cli import bench_pair
-
-    bench_pair.register(sub)
 
 
 def drafts_dir() -> Path:

@@ -189,7 +189,7 @@ def _plain_tps(main: Any) -> float | None:
 
 def weights_facts(model: Any) -> dict[str, Any]:
     """How a loaded model (app.engine.loader.LoadedModel) holds its weights, for the offload
-    control's estimate (app.ui.offload)."""
+    control's estimate (app.ui.models.offload)."""
     plan = model.plan
     return {"path": str(model.path), "dtype": plan.dtype_name,
             "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0, "bytes": model.weights_bytes}

@@ -16,8 +16,8 @@ from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFrame, QTextFrameFormat
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
-from app.ui.format import stats_line
-from app.ui.render import Theme, insert_reply, theme_for
+from app.ui.chat.render import Theme, insert_reply, theme_for
+from app.ui.shell.format import stats_line
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 

@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.conversation import ConversationView
-from app.ui.empty_state import EmptyState
-from app.ui.style import scrolling
+from app.ui.chat.conversation import ConversationView
+from app.ui.shell.empty_state import EmptyState
+from app.ui.shell.style import scrolling
 
 
 class MessageBox(QPlainTextEdit):

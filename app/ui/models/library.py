@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Iterable
 
 from app.engine.errors import SpeculaError
-from app.engine.gguf.info import GGUFInfo, format_bytes, read_gguf_info
+from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.hub.library import LocalModel, list_local_models
 from app.hub.display import display_name
 from app.hub.identity import same_file
 from app.hub.names import file_title
+from app.ui.shell.format import format_bytes
 
 log = logging.getLogger(__name__)
 

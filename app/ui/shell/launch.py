@@ -12,7 +12,7 @@ import traceback
 from typing import Sequence
 
 from app.desktop_entry import APP_ID, APP_NAME, ICON_SIZES, icon_png
-from app.ui.platform_check import xcb_problem
+from app.ui.shell.platform_check import xcb_problem
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +88,12 @@ def run_window(self_test: str | None = None) -> int:
     app = make_app()
     _install_excepthook()
     if self_test:
-        from app.ui.selftest import run_self_test
+        from app.ui.shell.selftest import run_self_test
 
         return run_self_test(app, self_test)
 
     from app.engine.errors import SpeculaError
-    from app.ui.main_window import MainWindow
+    from app.ui.shell.main_window import MainWindow
 
     try:
         window = MainWindow()

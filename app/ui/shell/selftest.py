@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer
 
-from app.ui.paths import DATA_DIR_ENV
+from app.ui.shell.paths import DATA_DIR_ENV
 from app.worker.requests import LOOKUP, GenSettings
 
 DEMO_MODEL = "smollm2-135m"
@@ -142,7 +142,7 @@ def run_self_test(app, out_png: str, timeout_s: float = TIMEOUT_S) -> int:
     os.environ[DATA_DIR_ENV] = data
     window = None
     try:
-        from app.ui.main_window import MainWindow
+        from app.ui.shell.main_window import MainWindow
 
         window = MainWindow()
         window.resize(1440, 900)

@@ -1,8 +1,8 @@
 """The compare window (View ▸ Compare drafts): which draft pays off with this model, on this machine.
 
-Setup on the left (compare_setup), results on the right: the verdict line, the fastest configuration
-with "Use in chat" (compare_choice: useInChat, which the main window applies to its pair picker),
-grouped bars and curves (compare_charts), the sortable table (compare_table), and Open… /
+Setup on the left (setup.py), results on the right: the verdict line, the fastest configuration
+with "Use in chat" (choice.py: useInChat, which the main window applies to its pair picker),
+grouped bars and curves (charts.py), the sortable table (table.py), and Open… /
 Compare with… / Export. The run
 itself happens on a worker thread (app.worker.compare_task); the window only receives snapshots,
 so it stays responsive. Every run is saved as it goes under the app's data folder
@@ -27,14 +27,14 @@ from app.compare.results import CANCELLED, COMPLETE, CompareRequest, CompareRun,
 from app.compare.summary import delta_line, verdict
 from app.engine.atomic import private_dir
 from app.engine.errors import SpeculaError
-from app.ui.compare_charts import CompareCharts
-from app.ui.compare_choice import FastestRow
-from app.ui.compare_setup import CompareSetup
-from app.ui.compare_table import CompareTable
-from app.ui.library import LibraryEntry, file_title
-from app.ui.paths import data_dir
-from app.ui.style import small_muted_label
-from app.ui.format import html_text
+from app.ui.compare.charts import CompareCharts
+from app.ui.compare.choice import FastestRow
+from app.ui.compare.setup import CompareSetup
+from app.ui.compare.table import CompareTable
+from app.ui.models.library import LibraryEntry, file_title
+from app.ui.shell.format import html_text
+from app.ui.shell.paths import data_dir
+from app.ui.shell.style import small_muted_label
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from app.compare.results import CompareRun
 from app.compare.summary import verdict
-from app.ui.format import html_text
+from app.ui.shell.format import html_text
 
 log = logging.getLogger(__name__)
 SIZE = (1400, 900)
@@ -38,7 +38,7 @@ def _render(run: CompareRun, path: Path) -> Path:
     if app is None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         app = QApplication(["specula"])
-    from app.ui.compare_charts import CompareCharts
+    from app.ui.compare.charts import CompareCharts
 
     page = QWidget()
     layout = QVBoxLayout(page)
@@ -60,7 +60,7 @@ def _render(run: CompareRun, path: Path) -> Path:
 
 
 def _save(page, path: Path) -> Path:
-    from app.ui.charts import write_png
+    from app.ui.chat.charts import write_png
 
     return write_png(page.grab(), path)
 

@@ -1,4 +1,5 @@
-"""Short human-readable strings for the window: the stats line under a reply, relative times.
+"""Short human-readable strings for the window: the stats line under a reply, relative times,
+byte sizes.
 
 Plain Python (no Qt, no torch) so they are trivially testable and reusable.
 """
@@ -9,6 +10,11 @@ import html
 import math
 import time
 from typing import Any, Mapping
+
+# Byte sizes read the same in the window as in the CLI and the hub's messages: one definition, the
+# GGUF reader's, which the window's files take from here with the rest of their text formats.
+from app.engine.gguf.info import format_bytes  # re-exported for the window
+
 
 # How a reply ended, when it was not the model's own choice (eos or a stop string).
 _ENDINGS = {"cancelled": "stopped", "length": "token limit", "context": "context full"}

@@ -33,10 +33,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.gguf.info import GGUFInfo, format_bytes
-from app.ui import discover_text as text
-from app.ui.discover_widgets import DONE, DownloadStrip, TokenPrompt
-from app.ui.style import scrolling, small_muted_label
+from app.engine.gguf.info import GGUFInfo
+from app.ui.discover import text
+from app.ui.discover.widgets import DONE, DownloadStrip, TokenPrompt
+from app.ui.shell.format import format_bytes
+from app.ui.shell.style import scrolling, small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
                                   RepoFiles, check_draft, list_repo_files, local_copies, read_file_facts, save_hub_token,
                                   search_repos)

@@ -25,14 +25,14 @@ from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.programs import SERVER, find_program, missing_reason
 from app.engine.llama_server.session import check_url
-from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
-from app.ui.library import LibraryEntry, entry_path
-from app.ui.style import small_muted_label
+from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
+from app.ui.models.library import LibraryEntry, entry_path
+from app.ui.shell.style import small_muted_label
 
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_RUNS = 3  # the fewest that show a spread with one run to spare for a slow spell
-# Every drafter the chat's pair picker offers (app.ui.pair_picker), with the run's own n-gram cache:
+# Every drafter the chat's pair picker offers (app.ui.models.pair_picker), with the run's own n-gram cache:
 # it starts empty and learns from each reply of the run, as the chat's learns from your chats.
 NGRAM_CHOICES = (("Prompt lookup (no draft model)", LOOKUP),
                  ("N-gram cache (learns from the run's replies)", "ngram-cache"),

@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLineEdit, QVBo
 
 from app.engine.llama_server.session import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints,
                                              off_loopback)
-from app.ui.format import html_text
-from app.ui.style import small_muted_label
+from app.ui.shell.format import html_text
+from app.ui.shell.style import small_muted_label
 from app.worker.requests import AT_URL, HERE, LLAMA_SERVER
 
 RUNS_ON_LABELS = ((HERE, "This computer (Specula's own loop)"),

@@ -30,23 +30,23 @@ from PySide6.QtWidgets import (
 from app.compare.fastest import Fastest
 from app.compare.results import ENGINE_KINDS
 from app.history import HistoryStore
-from app.ui.charts import LiveCharts
-from app.ui.chat_controller import ChatController
-from app.ui.chat_list import ChatList
-from app.ui.chat_panel import ChatPanel
-from app.ui.compare_choice import applied_text
-from app.ui.discover import DiscoverPanel
-from app.ui.empty_state import EmptyStateController
-from app.ui.gen_form import GenSettingsForm
-from app.ui.library_panel import LibraryPanel
-from app.ui.pair_picker import PairPicker
-from app.ui.serve_panel import ServePanel
-from app.ui.style import scrolling
-from app.ui.wheel_guard import guard_wheel
-from app.ui.paths import history_path, open_settings
+from app.ui.chat.charts import LiveCharts
+from app.ui.chat.chat_list import ChatList
+from app.ui.chat.controller import ChatController
+from app.ui.chat.panel import ChatPanel
+from app.ui.compare.choice import applied_text
+from app.ui.discover.panel import DiscoverPanel
+from app.ui.models.gen_form import GenSettingsForm
+from app.ui.models.library_panel import LibraryPanel
+from app.ui.models.pair_picker import PairPicker
+from app.ui.models.serve_panel import ServePanel
+from app.ui.shell.empty_state import EmptyStateController
+from app.ui.shell.paths import history_path, open_settings
+from app.ui.shell.style import scrolling
+from app.ui.shell.wheel_guard import guard_wheel
 from app.worker.host import HostThread
-from app.worker.serving import ServerControl
 from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairSpec
+from app.worker.serving import ServerControl
 from app.worker.tasks import wait_for_tasks
 
 log = logging.getLogger(__name__)
@@ -391,7 +391,7 @@ class MainWindow(QMainWindow):
     def open_compare(self) -> None:
         """View ▸ Compare drafts: a window of its own (grouped bars, curves and a table need room),
         fed by the library and starting from the main model chosen here."""
-        from app.ui.compare_view import CompareWindow
+        from app.ui.compare.view import CompareWindow
 
         if getattr(self, "compare_window", None) is None:
             self.compare_window = CompareWindow(self.library.entries(), self)

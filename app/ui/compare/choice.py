@@ -18,7 +18,7 @@ from app.compare.results import LLAMA_SERVER, MODEL, NONE, SERVER_URL
 from app.worker.requests import DRAFTER_TEXT
 
 USE_TEXT = "Use in chat"
-WIN_COLOUR = "#15803d"  # app.ui.discover_text.GOOD: readable on light and dark backgrounds
+WIN_COLOUR = "#15803d"  # app.ui.discover.text.GOOD: readable on light and dark backgrounds
 
 
 class FastestRow(QWidget):

@@ -8,9 +8,10 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGraphicsOpacityEffect, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
-from app.engine.gguf.info import GGUFInfo, format_bytes
+from app.engine.gguf.info import GGUFInfo
 from app.hub.fit import memory_need
-from app.ui.style import small_muted_label
+from app.ui.shell.format import format_bytes
+from app.ui.shell.style import small_muted_label
 
 
 class OffloadControl(QWidget):

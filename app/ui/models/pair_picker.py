@@ -29,12 +29,12 @@ from PySide6.QtWidgets import (
 
 from app.engine.drafting.compat import DraftCheck, check_draft
 from app.engine.llama_server.keys import keys_path, read_key, save_key
-from app.ui.draft_labels import draft_title, draft_tooltip, is_same_model
-from app.ui.engine_panel import EnginePanel
-from app.ui.library import LibraryEntry, entry_path
-from app.ui.offload import OffloadControl
-from app.ui.paths import data_dir
-from app.ui.style import small_muted_label
+from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
+from app.ui.models.engine_panel import EnginePanel
+from app.ui.models.library import LibraryEntry, entry_path
+from app.ui.models.offload import OffloadControl
+from app.ui.shell.paths import data_dir
+from app.ui.shell.style import small_muted_label
 from app.worker.engine_calls import keeps_main
 from app.compare.results import LLAMA_SERVER as LLAMA_SERVER_ROW, SERVER_URL as SERVER_URL_ROW
 from app.worker.requests import (AT_URL, DRAFTER_TEXT, HERE, LLAMA_SERVER, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE,
@@ -561,7 +561,7 @@ def plan_text(facts: dict[str, Any]) -> str:
 
 
 def loaded_text(facts: dict[str, Any]) -> str:
-    from app.engine.gguf.info import format_bytes
+    from app.ui.shell.format import format_bytes
 
     if facts.get("engine_line"):
         took = "connected" if facts.get("runs_on") == AT_URL else "started"
@@ -666,6 +666,6 @@ def _small_label(text: str = "") -> QLabel:
 
 
 def _escape(text: str) -> str:
-    from app.ui.format import html_text  # Qt's rich text shows html.escape's &#x27; as it is
+    from app.ui.shell.format import html_text  # Qt's rich text shows html.escape's &#x27; as it is
 
     return html_text(text)

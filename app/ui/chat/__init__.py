@@ -1,0 +1,1 @@
+"""The chat: the conversation, its rendering, the chat list and the live charts."""

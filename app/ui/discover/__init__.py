@@ -1,0 +1,1 @@
+"""The Discover tab: Hugging Face search, a file's facts, downloads."""
