@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QImage
 
 from app.engine.loop.events import Origin, StepEvent
 from app.ui.chat.charts import LiveCharts, _nice_ceiling
-from app.ui.shell.format import relative_time, stats_line
+from app.ui.common.format import relative_time, stats_line
 
 PROMPT = "The model reads the file and the model writes the file. " * 3
 

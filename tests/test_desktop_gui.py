@@ -111,7 +111,7 @@ def test_a_failed_load_says_why_on_the_page(qtbot, data_dir, tiny_paths, tmp_pat
 
 
 def test_an_unavailable_demo_stays_disabled_with_the_reason(qtbot):
-    from app.ui.shell.empty_state import EmptyState
+    from app.ui.chat.empty_state import EmptyState
 
     page = EmptyState()
     qtbot.addWidget(page)

@@ -65,10 +65,10 @@ def test_the_backends_settings_do_not_depend_on_the_drafter(demo_path):
     """The loader takes no drafter at all, and the window's load of a pair runs the main model
     the same with and without drafting."""
     from app.worker.engine_calls import load_pair
-    from app.worker.requests import LOOKUP, NONE, PairSpec
+    from app.worker.requests import LOOKUP, NONE, PairChoice
 
     assert "drafter" not in inspect.signature(load_model).parameters
     path = str(demo_path("gemma3-270m"))
-    plain = load_pair(PairSpec(path, NONE), lambda *_: None, lambda: False).main
-    drafted = load_pair(PairSpec(path, LOOKUP), lambda *_: None, lambda: False).main
+    plain = load_pair(PairChoice(path, NONE), lambda *_: None, lambda: False).main
+    drafted = load_pair(PairChoice(path, LOOKUP), lambda *_: None, lambda: False).main
     assert plain.backend.name == drafted.backend.name and plain.plan == drafted.plan

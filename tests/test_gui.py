@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.history import HistoryStore
 from app.ui.shell.main_window import MainWindow
-from app.ui.shell.paths import history_path
+from app.ui.common.paths import history_path
 from app.worker.requests import LOOKUP, MODEL, NONE, GenSettings
 
 WAIT_MS = 120_000

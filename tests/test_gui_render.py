@@ -11,7 +11,7 @@ from app.engine.loop.events import Origin, StepEvent
 from app.ui.chat.controller import StreamingReply
 from app.ui.chat.conversation import ConversationView
 from app.ui.chat.render import align, rendered_runs
-from app.worker.requests import GenSettings, PairSpec
+from app.worker.requests import GenSettings, PairChoice
 from tests.test_gui import data_dir, marked_chars  # noqa: F401
 
 
@@ -100,9 +100,9 @@ def test_gen_settings_survive_junk_from_a_settings_file():
 
 def test_pair_spec_refuses_nonsense():
     with pytest.raises(ValueError):
-        PairSpec("main.gguf", "model")
+        PairChoice("main.gguf", "model")
     with pytest.raises(ValueError):
-        PairSpec("main.gguf", "ngram")
+        PairChoice("main.gguf", "ngram")
 
 
 def test_dark_palette_gets_dark_colours_and_keeps_the_marks(qapp):

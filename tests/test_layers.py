@@ -16,12 +16,12 @@ def test_import_contracts_hold():
 
 def test_the_window_takes_byte_sizes_from_its_own_format_module():
     """One definition of format_bytes (the GGUF reader's, which engine, hub and CLI share); the
-    window's files take it, with the rest of their text formats, from app.ui.shell.format and never
+    window's files take it, with the rest of their text formats, from app.ui.common.format and never
     reach into the header reader for it (issue 49 item 7)."""
     import ast
 
     from app.engine.gguf import info
-    from app.ui.shell import format as ui_format
+    from app.ui.common import format as ui_format
 
     assert ui_format.format_bytes is info.format_bytes
     reaching = []

@@ -60,7 +60,7 @@ def test_a_saved_ngram_cache_and_its_folder_are_private(tmp_path):
 
 def test_the_windows_data_and_comparison_folders_are_private(tmp_path, monkeypatch):
     from app.ui.compare import view as compare_view
-    from app.ui.shell import paths
+    from app.ui.common import paths
 
     monkeypatch.setenv(paths.DATA_DIR_ENV, str(tmp_path / "new" / "specula"))
     assert mode(paths.data_dir()) == 0o700 and mode(tmp_path / "new") == 0o700

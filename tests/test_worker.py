@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.worker.host import HostThread
-from app.worker.requests import LOOKUP, LOOKUP_CACHE, MODEL, NONE, ChatRequest, GenSettings, PairSpec
+from app.worker.requests import LOOKUP, LOOKUP_CACHE, MODEL, NONE, ChatRequest, GenSettings, PairChoice
 
 WAIT_MS = 120_000
 GREEDY = GenSettings(temperature=0.0, max_tokens=40)
@@ -40,7 +40,7 @@ def wait_for(qtbot, signal, start, timeout=WAIT_MS) -> tuple:
     return got[0]
 
 
-def load(qtbot, host, spec: PairSpec) -> dict:
+def load(qtbot, host, spec: PairChoice) -> dict:
     """Load a pair; a loadFailed fails the test with its message."""
     outcome: list = []
     host.loaded.connect(outcome.append)
@@ -55,7 +55,7 @@ def load(qtbot, host, spec: PairSpec) -> dict:
     return outcome[0]
 
 
-def load_failure(qtbot, host, spec: PairSpec, cancel: bool = False) -> str:
+def load_failure(qtbot, host, spec: PairChoice, cancel: bool = False) -> str:
     def start() -> None:
         host.load(spec)
         if cancel:
@@ -77,13 +77,13 @@ def generate(qtbot, host, request: ChatRequest) -> tuple[dict | None, str, list]
 def test_draft_model_pair_streams_the_main_models_greedy_reply(qtbot, host, tiny_paths):
     main, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-q8"])
     # float32: greedy identity is exact there (facts.md: half precision may flip near-ties).
-    facts = load(qtbot, host, PairSpec(main, NONE, dtype="float32"))
+    facts = load(qtbot, host, PairChoice(main, NONE, dtype="float32"))
     assert facts["main_path"] == main and facts["drafter"] == NONE and facts["load_s"] > 0
     request = ChatRequest((), "Hello, how are you?", "You are terse.", GREEDY)
     plain, error, _ = generate(qtbot, host, request)
     assert error == "" and plain["drafter"] == "none" and plain["n_drafted"] == 0
 
-    facts = load(qtbot, host, PairSpec(main, MODEL, draft, dtype="float32"))
+    facts = load(qtbot, host, PairChoice(main, MODEL, draft, dtype="float32"))
     assert facts["draft_path"] == draft and facts["main_plan"].endswith("float32")
     fixed, error, _ = generate(qtbot, host, ChatRequest((), request.user_text, request.system_prompt,
                                                          GenSettings(temperature=0.0, max_tokens=40,
@@ -102,7 +102,7 @@ def test_draft_model_pair_streams_the_main_models_greedy_reply(qtbot, host, tiny
 
 
 def test_history_is_part_of_the_prompt(qtbot, host, tiny_paths):
-    load(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), LOOKUP))
+    load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), LOOKUP))
     alone, _, _ = generate(qtbot, host, ChatRequest((), "And then?", "", GREEDY))
     with_history, _, _ = generate(qtbot, host, ChatRequest(
         (("user", "Tell me about foxes."), ("assistant", "Foxes are quick.")), "And then?", "", GREEDY))
@@ -110,7 +110,7 @@ def test_history_is_part_of_the_prompt(qtbot, host, tiny_paths):
 
 
 def test_cancel_stops_a_reply_and_keeps_what_was_generated(qtbot, host, tiny_paths):
-    load(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), NONE))
+    load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     steps: list = []
 
     def on_step(event) -> None:
@@ -130,7 +130,7 @@ def test_errors_end_with_finished_and_the_host_keeps_working(qtbot, host, tiny_p
     summary, error, _ = generate(qtbot, host, ChatRequest((), "Hi", "", GREEDY))
     assert summary is None and error.startswith("no model is loaded")
 
-    load(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), LOOKUP))
+    load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), LOOKUP))
     too_long = "The quick brown fox jumps over the lazy dog. " * 200  # far beyond the 512-token context
     summary, error, steps = generate(qtbot, host, ChatRequest((), too_long, "", GREEDY))
     assert summary is None and steps == []
@@ -141,7 +141,7 @@ def test_errors_end_with_finished_and_the_host_keeps_working(qtbot, host, tiny_p
 
 
 def test_bad_settings_are_refused_with_one_line(qtbot, host, tiny_paths):
-    load(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), NONE))
+    load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     summary, error, _ = generate(qtbot, host, ChatRequest((), "Hi", "", GenSettings(max_tokens=0)))
     assert summary is None and error == "the number of tokens to generate must be at least 1"
 
@@ -149,8 +149,8 @@ def test_bad_settings_are_refused_with_one_line(qtbot, host, tiny_paths):
 def test_load_failures_are_one_line_messages(qtbot, host, tiny_paths, tmp_path):
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"this is not a model" * 100)
-    assert load_failure(qtbot, host, PairSpec(str(garbage), NONE)).startswith("garbage.gguf: not a GGUF file")
-    assert "file not found" in load_failure(qtbot, host, PairSpec(str(tmp_path / "missing.gguf"), NONE))
+    assert load_failure(qtbot, host, PairChoice(str(garbage), NONE)).startswith("garbage.gguf: not a GGUF file")
+    assert "file not found" in load_failure(qtbot, host, PairChoice(str(tmp_path / "missing.gguf"), NONE))
 
 
 def test_incompatible_pair_is_refused_before_loading(qtbot, host, tiny_paths, tmp_path):
@@ -159,14 +159,14 @@ def test_incompatible_pair_is_refused_before_loading(qtbot, host, tiny_paths, tm
 
     # A WordPiece vocabulary drafts neither token by token nor through text.
     wordpiece = write_gguf(tmp_path / "wordpiece.gguf", tokens=make_tokens(VOCAB_SIZE, "wp"), vocab_type="bert")
-    message = load_failure(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), MODEL, str(wordpiece)))
+    message = load_failure(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), MODEL, str(wordpiece)))
     assert "cannot draft for llama-f32.gguf" in message and "cannot re-tokenize drafts" in message
 
 
 def test_cancel_pressed_before_the_load_starts_is_not_lost(qtbot, host, tiny_paths):
-    assert load_failure(qtbot, host, PairSpec(str(tiny_paths["qwen2-f32"]), NONE), cancel=True) == "loading cancelled"
+    assert load_failure(qtbot, host, PairChoice(str(tiny_paths["qwen2-f32"]), NONE), cancel=True) == "loading cancelled"
     # The next load is a new job with a fresh flag.
-    facts = load(qtbot, host, PairSpec(str(tiny_paths["qwen2-f32"]), NONE))
+    facts = load(qtbot, host, PairChoice(str(tiny_paths["qwen2-f32"]), NONE))
     assert facts["main_name"]
 
 
@@ -182,7 +182,7 @@ def test_device_probe_reports_no_gpu_with_a_reason(qtbot, host):
 
 def test_jobs_run_on_the_host_thread_and_calls_return_at_once(qtbot, host, tiny_paths):
     """The GUI thread only queues jobs: a call never waits for the model."""
-    load(qtbot, host, PairSpec(str(tiny_paths["llama-f32"]), NONE))
+    load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     emitted_on: list[int] = []
     record = lambda _event: emitted_on.append(threading.get_ident())  # noqa: E731
     host.step.connect(record, Qt.ConnectionType.DirectConnection)  # runs in the emitting thread
@@ -228,15 +228,15 @@ def write_foreign_vocab_model(path):
 
 def test_the_pair_specs_dtype_means_torch_in_that_dtype(qtbot, host, tiny_paths):
     path = str(tiny_paths["llama-q8"])
-    facts = load(qtbot, host, PairSpec(path, LOOKUP, dtype="bfloat16"))
+    facts = load(qtbot, host, PairChoice(path, LOOKUP, dtype="bfloat16"))
     assert facts["backend"] == "torch" and facts["main_plan"] == "CPU, bfloat16"
-    facts = load(qtbot, host, PairSpec(path, LOOKUP, dtype="float32"))
+    facts = load(qtbot, host, PairChoice(path, LOOKUP, dtype="float32"))
     assert facts["main_plan"] == "CPU, float32"
 
 
 def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qtbot, tiny_paths, tmp_path):
     folder = tmp_path / "ngram-cache"
-    spec = PairSpec(str(tiny_paths["llama-f32"]), LOOKUP_CACHE, dtype="float32", ngram_dir=str(folder))
+    spec = PairChoice(str(tiny_paths["llama-f32"]), LOOKUP_CACHE, dtype="float32", ngram_dir=str(folder))
     request = ChatRequest((), "Tell me about foxes.", "", GREEDY)
     first = HostThread()
     try:

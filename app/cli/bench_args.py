@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.cli import add_model_flags
+from app.cli.flags import add_model_flags
 from app.cli.bench_common import PROMPTS
 
 

@@ -13,7 +13,7 @@ import argparse
 import random
 import time
 
-from app.cli import add_backend_flags, backend_kwargs
+from app.cli.flags import add_backend_flags, backend_kwargs
 from app.hub.builtin import resolve_model_arg
 
 CASES = 40

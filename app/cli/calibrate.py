@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import add_backend_flags, backend_kwargs
+from app.cli.flags import add_backend_flags, backend_kwargs
 from app.hub.builtin import resolve_model_arg
 
 

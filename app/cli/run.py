@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.cli import add_model_flags, add_sampling_flags, backend_kwargs
+from app.cli.flags import add_model_flags, add_sampling_flags, backend_kwargs
 from app.cli.run_server import (LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of,
                                 reply_on_server)
 from app.cli.spec_args import spec_choice

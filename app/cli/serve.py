@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli import add_model_flags, add_sampling_flags
+from app.cli.flags import add_model_flags, add_sampling_flags
 from app.cli.run import load_cli_pair, save_learned, settings_from_args
 from app.cli.run_server import LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of
 from app.cli.spec_args import spec_choice

@@ -38,3 +38,8 @@ class LoadCancelled(SpeculaError):
 class ChatTemplateError(SpeculaError):
     """The model's chat template failed on the messages (it raised, did not parse, tripped the
     sandbox or asked too much of it): the file's fault, said in one line."""
+
+
+class ServerError(SpeculaError):
+    """A server that could not be reached, refused a request or answered what it should not
+    (llama-server's own API or a server speaking OpenAI's)."""

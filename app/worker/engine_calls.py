@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from app.hub.display import display_name
-from app.worker.requests import MODEL, NONE, GenSettings, PairSpec
+from app.worker.requests import MODEL, NONE, GenSettings, PairChoice
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class LoadedPair:
     main: Any  # app.engine.loader.LoadedModel
     kv: Any  # app.engine.backends.torch.kv.KVModel
     drafter: Any  # app.engine.drafting.drafters.Drafter
-    spec: PairSpec
+    spec: PairChoice
     draft: Any = None  # LoadedModel of the draft model, when there is one
     facts: dict[str, Any] = field(default_factory=dict)
     ngram_cache: Any = None  # app.engine.drafting.ngram_cache.NgramCache: every finished reply teaches it
@@ -64,7 +64,7 @@ class LoadedPair:
             log.warning("the n-gram cache could not be saved to %s: %s", path, exc)
 
 
-def engine_spec(spec: PairSpec):
+def engine_spec(spec: PairChoice):
     """The window's choice as the engine's app.engine.pair_loader.PairSpec."""
     from app.engine.pair_loader import PairSpec as EnginePairSpec
 
@@ -74,7 +74,7 @@ def engine_spec(spec: PairSpec):
                           n_gpu_layers_draft=spec.draft_gpu_layers, backend=spec.backend)
 
 
-def open_ngram_cache(main, spec: PairSpec):
+def open_ngram_cache(main, spec: PairChoice):
     """The main vocabulary's n-gram cache from spec.ngram_dir (the window names it whatever the
     drafter), or None when nothing learns."""
     if not spec.learns and not spec.ngram_dir:
@@ -89,7 +89,7 @@ def open_ngram_cache(main, spec: PairSpec):
         return open_cache(main, None)
 
 
-def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
+def load_pair(spec: PairChoice, progress: Progress, cancel: Cancel) -> LoadedPair:
     """Load the main model (and the draft model, checked against it first) through the engine's
     one pair loader. Progress fractions cover the whole pair: the main model takes most of the
     bar when there is a draft model."""
@@ -104,7 +104,7 @@ def load_pair(spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
     return pair
 
 
-def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
+def drafter_only_change(old: PairChoice | None, new: PairChoice | None) -> bool:
     """True when `new` differs from the loaded `old` only in how it drafts (drafter, draft file,
     draft offload): the loaded main model can stay, as LM Studio loads a draft beside it."""
     if old is None or new is None or old == new or old.on_server or new.on_server:
@@ -112,17 +112,17 @@ def drafter_only_change(old: PairSpec | None, new: PairSpec | None) -> bool:
     return replace(new, drafter=old.drafter, draft_path=old.draft_path, draft_gpu_layers=old.draft_gpu_layers) == old
 
 
-def keeps_main(old: PairSpec | None, new: PairSpec | None) -> bool:
+def keeps_main(old: PairChoice | None, new: PairChoice | None) -> bool:
     """Whether `new` is had by changing only the drafter of the loaded pair `old`: no backend's
     settings depend on the drafter, so the main model stays as loaded."""
     return drafter_only_change(old, new)
 
 
-def can_swap_drafter(pair: LoadedPair | None, spec: PairSpec) -> bool:
+def can_swap_drafter(pair: LoadedPair | None, spec: PairChoice) -> bool:
     return pair is not None and keeps_main(pair.spec, spec)
 
 
-def swap_drafter(pair: LoadedPair, spec: PairSpec, progress: Progress, cancel: Cancel) -> LoadedPair:
+def swap_drafter(pair: LoadedPair, spec: PairChoice, progress: Progress, cancel: Cancel) -> LoadedPair:
     """The loaded main model and its KV cache with `spec`'s drafter: only a new draft model is
     loaded (none for lookup, the n-gram cache or plain decoding, which are instant). `pair` is
     left as it was, so a failed or cancelled draft load keeps it running."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.worker.requests import ChatRequest, PairSpec
+from app.worker.requests import ChatRequest, PairChoice
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class ModelHost(QObject):
     finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
 
     _probeRequested = Signal()
-    _loadRequested = Signal(object, object)  # PairSpec, threading.Event
+    _loadRequested = Signal(object, object)  # PairChoice, threading.Event
     _generateRequested = Signal(object, object)  # ChatRequest, threading.Event
     _unloadRequested = Signal()
 
@@ -64,7 +64,7 @@ class ModelHost(QObject):
     def probe_devices(self) -> None:
         self._probeRequested.emit()
 
-    def load(self, spec: PairSpec) -> None:
+    def load(self, spec: PairChoice) -> None:
         self._loadRequested.emit(spec, self._new_job())
 
     def generate(self, request: ChatRequest) -> None:
@@ -101,7 +101,7 @@ class ModelHost(QObject):
         self.devicesFound.emit(facts)
 
     @Slot(object, object)
-    def _load(self, spec: PairSpec, cancel: threading.Event) -> None:
+    def _load(self, spec: PairChoice, cancel: threading.Event) -> None:
         from app.worker.engine_calls import can_swap_drafter, load_pair
         from app.worker.server_engine import load_server
 
@@ -126,7 +126,7 @@ class ModelHost(QObject):
             else:
                 self.loadFailed.emit(error)
 
-    def _swap(self, spec: PairSpec, cancel: threading.Event) -> None:
+    def _swap(self, spec: PairChoice, cancel: threading.Event) -> None:
         """Only the drafter changes: the main model and its KV cache stay loaded. A failed or
         cancelled draft load keeps the running pair, and `loaded` says so with its facts and
         "swap_error" (the window keeps showing what runs)."""

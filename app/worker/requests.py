@@ -22,8 +22,9 @@ DRAFTER_TEXT = {NONE: "no drafting", **{kind: kind_title(kind) for kind in (LOOK
 
 
 @dataclass(frozen=True)
-class PairSpec:
-    """A main model and how it is drafted for. gpu_layers follow llama.cpp's -ngl: None = all
+class PairChoice:
+    """What the window's Model tab chose (remembered in its settings; engine_calls.engine_spec
+    makes the engine's app.engine.pair_loader.PairSpec of it): a main model and how it is drafted for. gpu_layers follow llama.cpp's -ngl: None = all
     layers on the GPU when there is one, 0 = CPU only."""
 
     main_path: str

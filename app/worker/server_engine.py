@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from app.worker.requests import AT_URL, MODEL, ChatRequest, PairSpec
+from app.worker.requests import AT_URL, MODEL, ChatRequest, PairChoice
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class ServerPair:
     """An open ServerSession (app.engine.llama_server.session) and what the window shows of it."""
 
     session: Any
-    spec: PairSpec
+    spec: PairChoice
     facts: dict[str, Any] = field(default_factory=dict)
     drafter: Any = None  # none here: the Local API server serves through the session (worker.serving)
 
@@ -42,7 +42,7 @@ class ServerPair:
         self.session.close()
 
 
-def server_engine_of(spec: PairSpec):
+def server_engine_of(spec: PairChoice):
     """The window's choice as the engine's ServerEngine (the key read from its store here, where
     it is sent: it never travels in the request or a signal)."""
     from app.engine.llama_server.keys import read_key
@@ -61,7 +61,7 @@ def server_engine_of(spec: PairSpec):
                         n_gpu_layers_draft=spec.draft_gpu_layers if draft else None)
 
 
-def load_server(spec: PairSpec, progress: Progress, cancel: Cancel) -> ServerPair:
+def load_server(spec: PairChoice, progress: Progress, cancel: Cancel) -> ServerPair:
     """Start llama-server (or reach the server at the URL and check it answers, with the key)
     and return the pair the chat replies on. A failed start is one line (ServerSession's)."""
     from app.engine.llama_server.session import ServerSession
@@ -103,7 +103,7 @@ def _check_url(session) -> None:
     client.tokenize("hi")
 
 
-def server_facts(spec: PairSpec, session, model: Path | None, load_s: float) -> dict[str, Any]:
+def server_facts(spec: PairChoice, session, model: Path | None, load_s: float) -> dict[str, Any]:
     """What the window shows about the engine (the keys of engine_calls.pair_facts it reads)."""
     engine = session.engine
     line = session.describe()

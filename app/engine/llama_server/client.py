@@ -15,14 +15,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from app.engine.errors import SpeculaError
+from app.engine.errors import ServerError, SpeculaError  # noqa: F401 - ServerError is read from here too
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 _MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few, and the timings
-
-
-class ServerError(SpeculaError):
-    """A server that could not be reached, refused a request or answered what it should not."""
 
 
 @dataclass(frozen=True)

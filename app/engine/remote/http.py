@@ -10,7 +10,7 @@ import ssl
 import urllib.parse
 from typing import Any, Callable, Iterator
 
-from app.engine.llama_server.client import ServerError
+from app.engine.errors import ServerError
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model list, /props or /metrics
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few

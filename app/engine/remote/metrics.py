@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.engine.llama_server.client import ServerError
+from app.engine.errors import ServerError
 
 # (prefix, drafts, drafted tokens, accepted tokens, accepted per position) of each exporter
 _FAMILIES = (

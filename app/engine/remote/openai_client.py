@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from app.engine.llama_server.client import ServerError
+from app.engine.errors import ServerError
 from app.engine.remote.http import HttpStatusError, RemoteHttp
 from app.engine.remote.metrics import SpecCounters, parse_spec_counters
 

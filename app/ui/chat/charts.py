@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 from app.engine.atomic import write_atomic
 from app.engine.errors import SpeculaError
 from app.engine.loop.events import StepEvent
-from app.ui.shell.format import html_text, stats_line
+from app.ui.common.format import html_text, stats_line
 
 __all__ = ["LiveCharts", "stats_line"]  # stats_line: the line under a reply, re-exported here
 

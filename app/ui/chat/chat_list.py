@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.history import ChatRow, HistoryError, HistoryStore
-from app.ui.shell.format import date_time_text, relative_time
+from app.ui.common.format import date_time_text, relative_time
 
 CHAT_ID = Qt.ItemDataRole.UserRole
 UPDATED = Qt.ItemDataRole.UserRole + 1

@@ -17,7 +17,7 @@ from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextF
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.ui.chat.render import Theme, insert_reply, theme_for
-from app.ui.shell.format import stats_line
+from app.ui.common.format import stats_line
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 

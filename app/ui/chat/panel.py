@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat.conversation import ConversationView
-from app.ui.shell.empty_state import EmptyState
-from app.ui.shell.style import scrolling
+from app.ui.chat.empty_state import EmptyState
+from app.ui.common.style import scrolling
 
 
 class MessageBox(QPlainTextEdit):

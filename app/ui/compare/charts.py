@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 from app.compare.results import NONE, CompareRun
 from app.compare.summary import ALL, Row, acceptance_by_position, speed_curve, table_rows
 from app.ui.chat.charts import save_widget_png, theme_plots
-from app.ui.shell.format import html_text
+from app.ui.common.format import html_text
 
 # Mid-tone colours that read on dark and light backgrounds; "none" is always the neutral grey.
 BASELINE_COLOUR = "#8c8c8c"

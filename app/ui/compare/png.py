@@ -13,7 +13,7 @@ from pathlib import Path
 
 from app.compare.results import CompareRun
 from app.compare.summary import verdict
-from app.ui.shell.format import html_text
+from app.ui.common.format import html_text
 
 log = logging.getLogger(__name__)
 SIZE = (1400, 900)

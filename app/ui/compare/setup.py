@@ -27,7 +27,7 @@ from app.engine.llama_server.programs import SERVER, find_program, missing_reaso
 from app.engine.llama_server.session import check_url
 from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.models.library import LibraryEntry, entry_path
-from app.ui.shell.style import small_muted_label
+from app.ui.common.style import small_muted_label
 
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")

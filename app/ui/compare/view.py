@@ -32,9 +32,9 @@ from app.ui.compare.choice import FastestRow
 from app.ui.compare.setup import CompareSetup
 from app.ui.compare.table import CompareTable
 from app.ui.models.library import LibraryEntry, file_title
-from app.ui.shell.format import html_text
-from app.ui.shell.paths import data_dir
-from app.ui.shell.style import small_muted_label
+from app.ui.common.format import html_text
+from app.ui.common.paths import data_dir
+from app.ui.common.style import small_muted_label
 
 log = logging.getLogger(__name__)
 

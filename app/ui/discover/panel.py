@@ -36,8 +36,8 @@ from PySide6.QtWidgets import (
 from app.engine.gguf.info import GGUFInfo
 from app.ui.discover import text
 from app.ui.discover.widgets import DONE, DownloadStrip, TokenPrompt
-from app.ui.shell.format import format_bytes
-from app.ui.shell.style import scrolling, small_muted_label
+from app.ui.common.format import format_bytes
+from app.ui.common.style import scrolling, small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
                                   RepoFiles, check_draft, list_repo_files, local_copies, read_file_facts, save_hub_token,
                                   search_repos)

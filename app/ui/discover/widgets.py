@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.discover.text import BAD, GOOD, progress_line
-from app.ui.shell.style import small_muted_label
+from app.ui.common.style import small_muted_label
 
 RUNNING, CANCELLING, STOPPED, FAILED, DONE = "running", "cancelling", "stopped", "failed", "done"
 _BAR_STEPS = 1000

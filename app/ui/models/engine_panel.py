@@ -2,7 +2,7 @@
 llama-server started here (any --spec-type llama.cpp has, RPC workers to split the main model), or
 a server at a URL (its key stored owner-only beside the history, never shown back in clear).
 
-The box holds only the choice; the pair picker puts it into the PairSpec it loads."""
+The box holds only the choice; the pair picker puts it into the PairChoice it loads."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLineEdit, QVBo
 
 from app.engine.llama_server.session import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints,
                                              off_loopback)
-from app.ui.shell.format import html_text
-from app.ui.shell.style import small_muted_label
+from app.ui.common.format import html_text
+from app.ui.common.style import small_muted_label
 from app.worker.requests import AT_URL, HERE, LLAMA_SERVER
 
 RUNS_ON_LABELS = ((HERE, "This computer (Specula's own loop)"),

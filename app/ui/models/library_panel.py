@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.models.library import BUILTIN, CACHE, FILE, FOLDER, LibraryEntry, count_text, scan_library
-from app.ui.shell.style import small_muted_label
+from app.ui.common.style import small_muted_label
 from app.worker.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)

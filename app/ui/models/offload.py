@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QGraphicsOpacityEffect, QHBoxLayout, QLabel, QSlid
 
 from app.engine.gguf.info import GGUFInfo
 from app.hub.fit import memory_need
-from app.ui.shell.format import format_bytes
-from app.ui.shell.style import small_muted_label
+from app.ui.common.format import format_bytes
+from app.ui.common.style import small_muted_label
 
 
 class OffloadControl(QWidget):

@@ -33,12 +33,12 @@ from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.models.engine_panel import EnginePanel
 from app.ui.models.library import LibraryEntry, entry_path
 from app.ui.models.offload import OffloadControl
-from app.ui.shell.paths import data_dir
-from app.ui.shell.style import small_muted_label
+from app.ui.common.paths import data_dir
+from app.ui.common.style import small_muted_label
 from app.worker.engine_calls import keeps_main
 from app.compare.results import LLAMA_SERVER as LLAMA_SERVER_ROW, SERVER_URL as SERVER_URL_ROW
 from app.worker.requests import (AT_URL, DRAFTER_TEXT, HERE, LLAMA_SERVER, LOOKUP, LOOKUP_CACHE, MODEL, NGRAM_CACHE,
-                                 NONE, PairSpec)
+                                 NONE, PairChoice)
 
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -59,7 +59,7 @@ DRAFT_FACTS = {
 
 
 class PairPicker(QWidget):
-    """loadRequested(PairSpec) when Load is pressed; cancelRequested() for Cancel."""
+    """loadRequested(PairChoice) when Load is pressed; cancelRequested() for Cancel."""
 
     loadRequested = Signal(object)
     cancelRequested = Signal()
@@ -68,7 +68,7 @@ class PairPicker(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._entries: list[LibraryEntry] = []
-        self._loaded_spec: PairSpec | None = None
+        self._loaded_spec: PairChoice | None = None
         self._loaded_facts: dict[str, Any] = {}
         self._loading = False
         self._draft_pref: tuple[str, str | None] = (LOOKUP, None)  # the user's last draft choice
@@ -265,13 +265,13 @@ class PairPicker(QWidget):
         self.draft_offload.set_backend(self.backend())
         self.selectionChanged.emit()
 
-    def spec(self) -> PairSpec | None:
+    def spec(self) -> PairChoice | None:
         runs_on = self.engine.runs_on()
         if runs_on == AT_URL:  # the server's own model and speculation
             url = self.engine.server_url()
             if self.engine.problem():
                 return None
-            return PairSpec(main_path=url, runs_on=AT_URL, server_url=url, key_store=str(keys_path(data_dir())))
+            return PairChoice(main_path=url, runs_on=AT_URL, server_url=url, key_store=str(keys_path(data_dir())))
         main = self.main_entry()
         if main is None or self.engine.problem():
             return None
@@ -281,7 +281,7 @@ class PairPicker(QWidget):
                 kind, draft_path = NONE, None
             elif kind != MODEL:
                 return None
-        return PairSpec(
+        return PairChoice(
             main_path=main.path,
             drafter=kind,
             draft_path=draft_path if kind == MODEL else None,
@@ -327,7 +327,7 @@ class PairPicker(QWidget):
         self.progress.setFormat(shown.replace("%", "%%") + " %p%")
         self.progress.setToolTip(stage)
 
-    def set_loaded(self, facts: dict[str, Any], spec: PairSpec | None) -> None:
+    def set_loaded(self, facts: dict[str, Any], spec: PairChoice | None) -> None:
         self._loaded_spec, self._loaded_facts = spec, dict(facts)
         self.progress.setValue(1000)
         self.progress.setFormat("loaded")
@@ -350,7 +350,7 @@ class PairPicker(QWidget):
         self.plan_label.setText(PLAN_BEFORE_LOAD)
         self._refresh_pending()
 
-    def loaded_spec(self) -> PairSpec | None:
+    def loaded_spec(self) -> PairChoice | None:
         return self._loaded_spec
 
     def pending_change(self) -> bool:
@@ -532,7 +532,7 @@ def main_title(entry: LibraryEntry) -> str:
     return entry.title if entry.info.has_chat_template else f"{entry.title} — base model (continues text)"
 
 
-# (label, PairSpec.backend) of the backend choice.
+# (label, PairChoice.backend) of the backend choice.
 PLAN_BEFORE_LOAD = "What runs the model, and why, shows here once it is loaded."
 BACKEND_LABELS = (("Backend: auto (llama.cpp where it runs)", "auto"), ("Backend: llama.cpp", "llama.cpp"),
                   ("Backend: torch", "torch"))
@@ -561,7 +561,7 @@ def plan_text(facts: dict[str, Any]) -> str:
 
 
 def loaded_text(facts: dict[str, Any]) -> str:
-    from app.ui.shell.format import format_bytes
+    from app.ui.common.format import format_bytes
 
     if facts.get("engine_line"):
         took = "connected" if facts.get("runs_on") == AT_URL else "started"
@@ -578,7 +578,7 @@ def loaded_text(facts: dict[str, Any]) -> str:
     return text
 
 
-def pending_notes(loaded: PairSpec, chosen: PairSpec) -> dict[str, str]:
+def pending_notes(loaded: PairChoice, chosen: PairChoice) -> dict[str, str]:
     """For the same main model: a note for each control whose value is not the running one."""
     notes = {}
     if chosen.backend != loaded.backend:
@@ -591,9 +591,9 @@ def pending_notes(loaded: PairSpec, chosen: PairSpec) -> dict[str, str]:
     return notes
 
 
-def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap: bool) -> str:
+def pending_text(loaded: PairChoice, chosen: PairChoice, names: dict[str, str], swap: bool) -> str:
     """The pending line: what is chosen but not running, and what its action does."""
-    def drafter(spec: PairSpec) -> str:
+    def drafter(spec: PairChoice) -> str:
         if spec.drafter == MODEL:
             return names.get(spec.draft_path or "", Path(spec.draft_path or "").stem)
         return DRAFTER_TEXT.get(spec.drafter, spec.drafter)
@@ -619,7 +619,7 @@ def pending_text(loaded: PairSpec, chosen: PairSpec, names: dict[str, str], swap
     return f"Chosen, not running yet: {', '.join(changes)}. {action}"
 
 
-def _where(spec: PairSpec) -> str:
+def _where(spec: PairChoice) -> str:
     if spec.runs_on == AT_URL:
         return spec.server_url or "a URL"
     if spec.runs_on == LLAMA_SERVER:
@@ -666,6 +666,6 @@ def _small_label(text: str = "") -> QLabel:
 
 
 def _escape(text: str) -> str:
-    from app.ui.shell.format import html_text  # Qt's rich text shows html.escape's &#x27; as it is
+    from app.ui.common.format import html_text  # Qt's rich text shows html.escape's &#x27; as it is
 
     return html_text(text)

@@ -40,12 +40,12 @@ from app.ui.models.gen_form import GenSettingsForm
 from app.ui.models.library_panel import LibraryPanel
 from app.ui.models.pair_picker import PairPicker
 from app.ui.models.serve_panel import ServePanel
-from app.ui.shell.empty_state import EmptyStateController
-from app.ui.shell.paths import history_path, open_settings
-from app.ui.shell.style import scrolling
+from app.ui.chat.empty_state import EmptyStateController
+from app.ui.common.paths import history_path, open_settings
+from app.ui.common.style import scrolling
 from app.ui.shell.wheel_guard import guard_wheel
 from app.worker.host import HostThread
-from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairSpec
+from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairChoice
 from app.worker.serving import ServerControl
 from app.worker.tasks import wait_for_tasks
 
@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         self.host = self.host_thread.host
         self.loaded_facts: dict[str, Any] | None = None
         self.thread_stuck = False
-        self._loading_spec: PairSpec | None = None
+        self._loading_spec: PairChoice | None = None
         self._restored_pair = False
         self._pending_choice: Fastest | None = None  # a comparison's fastest, waiting for the library
         self._closed = False
@@ -223,7 +223,7 @@ class MainWindow(QMainWindow):
     def loaded_main_path(self) -> str | None:
         return self.loaded_facts["main_path"] if self.loaded_facts else None
 
-    def load_pair(self, spec: PairSpec) -> None:
+    def load_pair(self, spec: PairChoice) -> None:
         if self.controller.busy:
             self.show_message("a reply is being generated: stop it (Esc) before loading")
             return

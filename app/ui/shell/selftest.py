@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer
 
-from app.ui.shell.paths import DATA_DIR_ENV
+from app.ui.common.paths import DATA_DIR_ENV
 from app.worker.requests import LOOKUP, GenSettings
 
 DEMO_MODEL = "smollm2-135m"

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QBoxLayout, QFrame, QHBoxLayout, QLabel, QPushButt
 
 from app.desktop_entry import icon_png
 from app.hub.builtin import BUILTIN_MODELS, DEFAULT_DEMO, builtin_path, is_installed
-from app.ui.shell.style import small_muted_label
+from app.ui.common.style import small_muted_label
 from app.worker.requests import DRAFTER_TEXT, LOOKUP
 
 log = logging.getLogger(__name__)
