@@ -38,11 +38,10 @@ class LoadedPair:
         teaches the pair's n-gram cache every finished reply whatever drafts (it is warm the day
         it is chosen)."""
         from app.engine.drafting.ngram_drafters import learning_into
-        from app.engine.drafting.pair import make_drafter
+        from app.engine.pair_loader import LoadedPair as EnginePair
 
-        kind = NONE if self.spec.drafter == MODEL else self.spec.drafter
-        return learning_into(make_drafter(self.main, kind, self.draft, cache=self.ngram_cache, check=self.check),
-                             self.ngram_cache)
+        engine = EnginePair(engine_spec(self.spec), self.main, self.draft, self.check, self.ngram_cache, drafter=None)
+        return learning_into(engine.new_drafter(), self.ngram_cache)
 
     def reset_state(self) -> None:
         """After a failed generation the caches may hold anything: start them afresh (the
