@@ -218,6 +218,16 @@ class AdaptiveDraftLength:
             return grown
         return run
 
+    def _doubled_min(self, run: int, k_max: int, grown: int) -> int:
+        """The length up to twice `run` that costs least per token accepted whole (the last of
+        equals), where it costs no more per token than `grown`; else `grown`."""
+        best, best_per_token = grown, self.relative_cost(grown) / (grown + 1)
+        for k in range(grown + 1, min(2 * run, k_max) + 1):
+            per_token = self.relative_cost(k) / (k + 1)
+            if per_token <= best_per_token * 1.0001:
+                best, best_per_token = k, min(per_token, best_per_token)
+        return best
+
     def _depth_seen(self) -> int:
         """Leading draft positions with evidence of their own (reached recently enough)."""
         depth = 0
@@ -256,6 +266,12 @@ class AdaptiveDraftLength:
             for i in range(run, min(_GROWTH * run, len(rates))):
                 rates[i] = max(rates[i], rates[run - 1])
         k_min = self._grown_min(run, k_max) if run else 0
+        if k_min and sees_copy():
+            # The drafter sees the copy still running (a continuation it saw before, whole): a
+            # run accepted whole is evidence for twice as far, where the curve makes that no
+            # dearer per token (llama.cpp's ngram-mod drafts its whole chain at once; growing one
+            # token a step took ten steps of a repeated 96-token reply to reach 13).
+            k_min = self._doubled_min(run, k_max, k_min)
         best = best_length_for(rates, self.relative_cost, k_max, k_min=k_min)
         self.last_choice = ("rates", rates)
         seen = self._depth_seen() + 1
