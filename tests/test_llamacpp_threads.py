@@ -72,3 +72,32 @@ def test_the_default_thread_count_steps_aside_for_a_busy_core_and_comes_back(lla
         kv.close()
     finally:
         weights.settings = original
+
+
+def _steps_for(governor, seconds: float, step_s: float = 0.01) -> None:
+    """A context decoding for `seconds`: a step every step_s."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        governor.before_step()
+        time.sleep(step_s)
+
+
+def test_what_others_did_while_the_context_paused_does_not_take_a_thread():
+    """A program that worked while this context was not decoding (llama-server's reply in the
+    bench, run in turn with ours) is gone when the next reply starts: the governor decides on a
+    fresh window, not on one spanning the pause (which took a thread off the first 15 steps of
+    each SmolLM2 reply: 13.3 ms a step against 8.8). A program still at work is seen within
+    FIRST_WINDOW_S of decoding."""
+    from app.engine.backends.llamacpp.threads import ThreadGovernor
+
+    applied = []
+    governor = ThreadGovernor(2, applied.append)
+    _steps_for(governor, 0.05)
+    with BusyCore():  # another program's reply while this context waits
+        time.sleep(2 * governor.WINDOW_S)
+    _steps_for(governor, 2 * governor.WINDOW_S)  # the next reply: the machine is quiet again
+    assert applied == [] and governor.current == 2
+    with BusyCore():  # busy while it decodes: seen within the short first window after a pause
+        time.sleep(governor.WINDOW_S)
+        _steps_for(governor, governor.FIRST_WINDOW_S * 1.5)
+        assert governor.current == 1 and applied == [1]
