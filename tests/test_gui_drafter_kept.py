@@ -4,7 +4,7 @@ beside the drafter, and the draft comes back with a main model it fits again."""
 
 from __future__ import annotations
 
-from app.worker.requests import LOOKUP, MODEL
+from app.worker.requests import DEFAULT_DRAFTER, DRAFTER_TEXT, MODEL
 from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
 
 
@@ -21,8 +21,8 @@ def test_the_drafter_stays_where_it_fits_and_says_why_where_not(qtbot, data_dir,
 
     assert picker.select_draft(MODEL, path["llama-q8"])
     assert picker.select_main(path["llama-q8"])  # the draft became the main model
-    assert picker.draft_choice() == (LOOKUP, None)
-    assert "llama-q8 is now the main model: prompt lookup (no draft model) instead" in picker.draft_facts.text()
+    assert picker.draft_choice() == (DEFAULT_DRAFTER, None)
+    assert f"llama-q8 is now the main model: {DRAFTER_TEXT[DEFAULT_DRAFTER]} instead" in picker.draft_facts.text()
     shot(window, "52-13-drafter-replaced")
     assert picker.select_main(path["llama-f32"])  # and it comes back where it fits again
     assert picker.draft_choice() == (MODEL, path["llama-q8"])

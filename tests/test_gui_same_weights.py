@@ -15,7 +15,7 @@ from app.hub.draft_verdict import SELF_DRAFT_COST
 from app.hub.identity import same_header_weights, same_weights
 from app.ui.models.draft_labels import SAME_WEIGHTS
 from app.ui.models.library import FILE, entry_for_file
-from app.worker.requests import LOOKUP, MODEL
+from app.worker.requests import DEFAULT_DRAFTER, MODEL
 from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
 
 
@@ -47,7 +47,7 @@ def test_the_chat_never_keeps_a_copy_of_the_main_model_as_its_draft(qtbot, data_
     assert picker.select_draft(MODEL, str(tiny_paths["llama-f32"]))  # a fine draft for this main
 
     assert picker.select_main(str(copy))  # now its own weights would draft for it
-    assert picker.draft_choice() == (LOOKUP, None)
+    assert picker.draft_choice() == (DEFAULT_DRAFTER, None)  # the default drafter instead
     items = {text: (enabled, tip) for text, enabled, tip in picker.draft_items()}
     marked = [t for t in items if SAME_WEIGHTS in t]
     assert len(marked) == 1 and marked[0].startswith("llama-f32 —")

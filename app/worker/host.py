@@ -13,6 +13,7 @@ leaves its busy state: a load ends with `loaded` or `loadFailed`, a generation w
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -205,10 +206,9 @@ class ModelHost(QObject):
         import gc
 
         gc.collect()
+        torch = sys.modules.get("torch")  # only where a torch model ran: a llama.cpp window never imports it
         try:
-            import torch
-
-            if torch.cuda.is_available():
+            if torch is not None and torch.cuda.is_available():
                 torch.cuda.empty_cache()
         except Exception:  # freeing is best effort
             pass

@@ -13,12 +13,18 @@ from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, kind_title
 
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
 NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats
-KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, MODEL)
+# Prompt lookup, the n-gram cache and llama.cpp's ngram-mod pool (which learns from every reply
+# of the session): the best of the model-free drafters across `specula bench` on both demo
+# models, first request and repeat (geometric mean over llama-server's best 1.06x SmolLM2, 1.14x
+# Gemma; prompt lookup alone 0.89x, 1.00x), so the default a new user gets (issue 48 item 5).
+LEARNING = "lookup+ngram-cache+ngram-mod"
+DEFAULT_DRAFTER = LEARNING
+KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, LEARNING, MODEL)
 # Where the model runs (the Model tab's "Where it runs"): Specula's own loop in this process,
 # llama-server started here (llama.cpp's own engine and --spec-type), or a server at a URL.
 HERE, LLAMA_SERVER, AT_URL = "here", "llama-server", "url"
 RUNS_ON = (HERE, LLAMA_SERVER, AT_URL)
-DRAFTER_TEXT = {NONE: "no drafting", **{kind: kind_title(kind) for kind in (LOOKUP, NGRAM_CACHE, LOOKUP_CACHE)}}  # a model is called by its name
+DRAFTER_TEXT = {NONE: "no drafting", **{kind: kind_title(kind) for kind in (LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, LEARNING)}}  # a model is called by its name
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class PairChoice:
 
     @property
     def learns(self) -> bool:
-        return self.runs_on == HERE and self.drafter in (NGRAM_CACHE, LOOKUP_CACHE)
+        return self.runs_on == HERE and self.drafter in (NGRAM_CACHE, LOOKUP_CACHE, LEARNING)
 
     @property
     def on_server(self) -> bool:

@@ -1,7 +1,7 @@
 """First launch with no model: the chat area says what to do instead of showing an empty page.
 
 `EmptyState` is the page (the chat panel shows it in place of the conversation); its three
-buttons load the built-in demo model with prompt lookup, open Discover, or add a folder of GGUF
+buttons load the built-in demo model with the default drafter, open Discover, or add a folder of GGUF
 files. `EmptyStateController` decides when it shows (no model loaded and the open chat has no
 messages) and turns its buttons into the window's own actions.
 """
@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QBoxLayout, QFrame, QHBoxLayout, QLabel, QPushButt
 from app.desktop_entry import icon_png
 from app.hub.builtin import BUILTIN_MODELS, DEFAULT_DEMO, builtin_path, is_installed
 from app.ui.common.style import small_muted_label
-from app.worker.requests import DRAFTER_TEXT, LOOKUP
+from app.worker.requests import DEFAULT_DRAFTER, DRAFTER_TEXT
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class EmptyState(QFrame):
         self.demo_button.setDefault(True)
         self.demo_button.clicked.connect(self.demoRequested)
         self.demo_note = small_muted_label(
-            f"{DEMO_TITLE}: built in, no download; drafts by prompt lookup.", selectable=False)
+            f"{DEMO_TITLE}: built in, no download; drafts by prompt lookup, the n-gram cache and ngram-mod.", selectable=False)
         self.discover_button = _wide_button("Discover models…")
         self.discover_button.clicked.connect(self.discoverRequested)
         discover_note = small_muted_label(
@@ -216,7 +216,7 @@ class EmptyStateController(QObject):
             entry = next((e for e in self.window.library.entries() if e.path == path), None)
             self.page.set_demo_available(False, f"The demo model cannot be used: {entry.error if entry else 'not in the library'}")
             return
-        picker.select_draft(LOOKUP)
+        picker.select_draft(DEFAULT_DRAFTER)
         spec = picker.spec()
         if spec is None:
             return
