@@ -14,7 +14,7 @@ from app.cli.bench_common import PROMPTS
 from app.engine.loop.events import DoneEvent
 from app.engine.loop.fidelity import compare_to_plain
 from app.engine.loader import load_model
-from app.engine.drafting.pair import make_drafter
+from app.engine.drafting.factory import make_drafter
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate
 

@@ -76,7 +76,7 @@ def test_it_loads_on_llama_cpp_as_a_draft_whose_greedy_output_is_plain_decodings
     require_llama_cpp()
     from app.engine.backends.llamacpp.kv import LlamaSettings
     from app.engine.drafting.drafters import ModelDrafter
-    from app.engine.drafting.pair import make_drafter
+    from app.engine.drafting.factory import make_drafter
     from app.engine.pair_loader import PairSpec, load_draft_for
     from app.engine.loader import load_model
     from app.engine.loop.events import DoneEvent

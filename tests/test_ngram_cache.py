@@ -144,7 +144,7 @@ def test_another_vocabularys_file_is_refused_in_one_line(tmp_path):
 
 
 def test_vocab_key_names_the_vocabulary(tiny_loaded):
-    from app.engine.drafting.pair import main_vocab_key
+    from app.engine.drafting.factory import main_vocab_key
 
     a1, a2, b = (main_vocab_key(tiny_loaded(n)) for n in ("llama-f32", "qwen2-q8", "llama-b"))
     assert a1 == a2 != b and len(a1) == 32

@@ -227,7 +227,7 @@ def test_fuzzed_cache_files_load_as_a_cache_or_an_empty_one(tmp_path, caplog):
 def test_a_cache_file_drafting_ids_past_the_vocabulary_does_not_fail_the_run(tiny_paths, tiny_loaded, tmp_path):
     """`specula run -lcd FILE` with a cache whose follower is past the vocabulary: before, an
     IndexError traceback at the first draft; now a warning and an empty cache."""
-    from app.engine.drafting.pair import main_vocab_key
+    from app.engine.drafting.factory import main_vocab_key
     from tests.tiny_gguf import VOCAB_SIZE
 
     main = tiny_loaded("llama-f32")

@@ -16,7 +16,7 @@ import pytest
 
 from app.cli.bench_common import PROMPTS, prompt_ids
 from app.engine.drafting.kinds import MapParams
-from app.engine.drafting.pair import make_drafter
+from app.engine.drafting.factory import make_drafter
 from app.engine.loop.events import DoneEvent
 from app.engine.loop.fidelity import compare_to_plain
 from app.engine.loop.speculative import generate

@@ -84,7 +84,7 @@ def test_flags_reach_the_drafter():
 
 @pytest.mark.demo
 def test_a_repeated_request_drafts_its_reply_and_both_equal_plain_decoding(demo_path):
-    from app.engine.drafting.pair import make_drafter
+    from app.engine.drafting.factory import make_drafter
     from app.engine.loader import load_model
     from app.engine.loop.events import DoneEvent
     from app.engine.loop.speculative import DecodeSettings, generate

@@ -7,7 +7,7 @@ import pytest
 
 from app.engine.drafting.drafters import ModelDrafter
 from app.engine.drafting.ngram_drafters import CombinedDrafter
-from app.engine.drafting.pair import make_drafter
+from app.engine.drafting.factory import make_drafter
 from app.engine.drafting.text_drafter import TextDrafter
 from app.engine.errors import IncompatibleDraftError
 from app.engine.pair_loader import PairSpec, load_pair

@@ -10,7 +10,7 @@ import torch
 
 from app.engine.drafting.compat import TEXT_LEVEL, TOKEN_LEVEL, check_draft
 from app.engine.drafting.drafters import ModelDrafter, NoDrafter
-from app.engine.drafting.pair import make_drafter
+from app.engine.drafting.factory import make_drafter
 from app.engine.loop.sampling import SamplingParams
 from app.engine.drafting.text_drafter import Codec, DraftText, MainText, TextDrafter, main_tokens_for
 from tests.test_sampling import always_accept, chi2_pvalue, exact_second_token, second_token_counts

@@ -33,7 +33,7 @@ from app.cli.bench_verdict import AGAIN, format_verdict, verdicts
 from app.cli.run import load_main, pair_spec
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
-from app.engine.drafting.pair import LOOKUP, NONE, make_drafter
+from app.engine.drafting.factory import LOOKUP, NONE, make_drafter
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
 from app.hub.display import display_name

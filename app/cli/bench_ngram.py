@@ -15,7 +15,7 @@ import time
 from app.cli.bench_common import engine_facts, prompt_ids, timed_reply
 from app.cli.run import load_main
 from app.compare.prompts import BUILTIN_PROMPTS
-from app.engine.drafting.pair import LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NONE, make_drafter, open_cache
+from app.engine.drafting.factory import LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NONE, make_drafter, open_cache
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
 from app.hub.display import display_name

@@ -117,7 +117,7 @@ def _judge(main: Any, n_ctx: int) -> Callable[[list[int], list[int], list[int]],
 
 def _rows(args: argparse.Namespace, main: Any, draft: Any, lengths: list[int], threads: int, n_ctx: int) -> list[Row]:
     from app.engine.drafting.drafters import NoDrafter
-    from app.engine.drafting.pair import make_drafter
+    from app.engine.drafting.factory import make_drafter
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings
 

@@ -79,7 +79,7 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
 def pair_spec(args: argparse.Namespace) -> PairSpec:
     """The flags parsed once into the engine's PairSpec; the drafting flags are checked together
     here (one line, exit 2)."""
-    from app.engine.drafting.pair import MapParams, ModParams
+    from app.engine.drafting.factory import MapParams, ModParams
     from app.engine.pair_loader import PairSpec
 
     choice = spec_choice(args)
@@ -214,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from app.engine.loop.chat import render_prompt
     from app.engine.loader import load_model
-    from app.engine.drafting.pair import LOOKUP, make_drafter
+    from app.engine.drafting.factory import LOOKUP, make_drafter
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings, generate
 

@@ -98,7 +98,7 @@ def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
 class SpecChoice:
     """What drafts, from the flags: the engine's n-gram kind and/or a draft model."""
 
-    ngram: str = "none"  # app.engine.drafting.pair kind: "none", "lookup", "lookup+ngram-cache", ...
+    ngram: str = "none"  # app.engine.drafting.factory kind: "none", "lookup", "lookup+ngram-cache", ...
     draft_model: str | None = None
     cache_file: str | None = None
     mod: tuple[int, int, int] = MOD_DEFAULTS

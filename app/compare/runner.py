@@ -37,7 +37,7 @@ from app.engine.loop.events import DoneEvent, StepEvent, StopReason
 from app.engine.drafting.compat import DraftCheck
 from app.engine.gguf.info import GGUFInfo
 from app.engine.loader import LoadedModel
-from app.engine.drafting.pair import make_drafter, open_cache
+from app.engine.drafting.factory import make_drafter, open_cache
 from app.engine.pair_loader import Headers, PairSpec, check_spec, load_draft_for, load_main
 from app.engine.loop.speculative import DecodeSettings, generate, make_settings
 from app.hub.display import display_name

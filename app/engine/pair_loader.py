@@ -19,7 +19,7 @@ from app.engine.drafting.compat import DraftCheck
 from app.engine.drafting.drafters import Drafter
 from app.engine.drafting.kinds import NONE, MapParams, ModParams
 from app.engine.drafting.ngram_cache import NgramCache
-from app.engine.drafting.pair import check_pair, main_vocab_key, make_drafter
+from app.engine.drafting.factory import check_pair, main_vocab_key, make_drafter
 from app.engine.gguf.info import GGUFInfo, read_gguf_info
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done 0..1)

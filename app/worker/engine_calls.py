@@ -54,7 +54,7 @@ class LoadedPair:
         cache stays in memory and is written after the next reply)."""
         if self.ngram_cache is None or not self.ngram_cache.dirty or not self.spec.ngram_dir:
             return
-        from app.engine.drafting.pair import cache_path
+        from app.engine.drafting.factory import cache_path
 
         path = cache_path(self.spec.ngram_dir, self.ngram_cache.key)  # the file open_cache read
         try:
@@ -79,7 +79,7 @@ def open_ngram_cache(main, spec: PairChoice):
     if not spec.learns and not spec.ngram_dir:
         return None
     from app.engine.drafting.ngram_cache import NgramCacheError
-    from app.engine.drafting.pair import open_cache
+    from app.engine.drafting.factory import open_cache
 
     try:
         return open_cache(main, spec.ngram_dir)

@@ -1,6 +1,6 @@
 """The drafter kinds a user picks (the window's list, `--spec-type`, `--drafts`) and the parameters
 of llama.cpp's n-gram types (ngram-mod, ngram-map-k, ngram-map-k4v): plain names and numbers, importable without torch (the CLI parses with them before
-anything heavy loads; app.engine.drafting.pair builds the drafters)."""
+anything heavy loads; app.engine.drafting.factory builds the drafters)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class NgramKind:
 
 
 # The registry, in the order a tie between matches goes (combined, the longest match drafts).
-# A new kind is a line here and its drafter in app.engine.drafting.pair.
+# A new kind is a line here and its drafter in app.engine.drafting.factory.
 NGRAM_REGISTRY = (
     NgramKind(NGRAM_MOD, "ngram-mod", "ngram-mod (learns from every reply)", learns=True),
     NgramKind(NGRAM_MAP_K4V, "ngram-map-k4v", "ngram-map-k4v"),

@@ -107,14 +107,18 @@ class LearningDrafter(Drafter):
     """Any drafter, and each finished generation learned into an n-gram cache besides: the cache
     of a main model learns from every chat with it, whatever drafts meanwhile, so it is warm the
     day it is chosen. Learning costs a pass over the new tokens at the end of a reply. Everything
-    else is the wrapped drafter's (its name, its draft model, its per-step calls)."""
+    else is the wrapped drafter's (its name, its draft model, its per-step calls), each forwarded
+    by name below."""
 
     def __init__(self, inner: Drafter, cache: NgramCache) -> None:
         self.inner, self.cache = inner, cache
         self.name, self.text_level = inner.name, inner.text_level
 
-    def __getattr__(self, name: str):  # e.g. a draft model drafter's `draft`
-        return getattr(self.__dict__["inner"], name)
+    @property
+    def draft(self):
+        """The wrapped draft model drafter's own KV model (the server resets it between
+        requests); None for a model-free drafter."""
+        return getattr(self.inner, "draft", None)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         return self.inner.propose(context, max_tokens)
