@@ -1,5 +1,5 @@
-"""The drafter factory (make_drafter): a main model and its drafter, chosen the way a user chooses them: a draft GGUF file, prompt
-lookup, the learned n-gram cache, a combination of these, or none. The draft's vocabulary is
+"""The drafter factory (make_drafter): a main model's drafter, chosen the way a user chooses
+it: a draft GGUF file, prompt lookup, the learned n-gram cache, a combination of these, or none. The draft's vocabulary is
 checked on headers before it is loaded: the same vocabulary drafts token by token (ModelDrafter),
 another one through text (TextDrafter)."""
 
