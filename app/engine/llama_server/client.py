@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from app.engine.streams import cut_when_cancelled
 from app.engine.errors import ServerError, SpeculaError  # noqa: F401 - ServerError is read from here too
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -125,21 +126,27 @@ class ServerClient:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         where = f"{self.base_url}/completion"
-        try:
-            connection.request("POST", url.path.rstrip("/") + "/completion", json.dumps(body), headers)
-            answer = connection.getresponse()
-            if answer.status != 200:
-                raise ServerError(f"{where}: HTTP {answer.status} {_short(answer.read(2048))}")
-            for data in _events(answer, where):
-                chunk = parse_chunk(data)
-                yield chunk
-                if chunk.stop or (cancelled is not None and cancelled()):
+        with cut_when_cancelled(connection, cancelled) as watch:
+            try:
+                connection.request("POST", url.path.rstrip("/") + "/completion", json.dumps(body), headers)
+                watch.sock = connection.sock
+                answer = connection.getresponse()
+                if answer.status != 200:
+                    raise ServerError(f"{where}: HTTP {answer.status} {_short(answer.read(2048))}")
+                for data in _events(answer, where):
+                    chunk = parse_chunk(data)
+                    yield chunk
+                    if chunk.stop or (cancelled is not None and cancelled()):
+                        return
+                if watch.fired:
                     return
-            raise ServerError(f"{where}: the stream ended before the reply did")
-        except (OSError, http.client.HTTPException) as exc:
-            raise ServerError(f"{where}: the connection failed ({exc})") from None
-        finally:
-            connection.close()
+                raise ServerError(f"{where}: the stream ended before the reply did")
+            except (OSError, http.client.HTTPException) as exc:
+                if watch.fired:  # the user's Stop cut a read that waited on the server
+                    return
+                raise ServerError(f"{where}: the connection failed ({exc})") from None
+            finally:
+                connection.close()
 
     def _request(self, method: str, path: str, body: dict | None, timeout_s: float) -> Any:
         data = None if body is None else json.dumps(body).encode()

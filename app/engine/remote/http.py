@@ -11,6 +11,7 @@ import urllib.parse
 from typing import Any, Callable, Iterator
 
 from app.engine.errors import ServerError
+from app.engine.streams import cut_when_cancelled
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model list, /props or /metrics
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few
@@ -69,7 +70,8 @@ class RemoteHttp:
     def stream_events(self, path: str, body: dict, cancelled: Callable[[], bool] | None = None) -> Iterator[Any]:
         """The JSON objects of a server-sent event stream, until `data: [DONE]`; a stream that
         ends without it is a ServerError (the connection was cut mid-reply)."""
-        with self._open("POST", path, body, None) as answer:
+        with self._open("POST", path, body, None) as answer, cut_when_cancelled(answer.connection, cancelled) as watch:
+            watch.sock = answer.sock
             try:
                 for line in iter(lambda: answer.readline(MAX_EVENT_BYTES + 1), b""):
                     if len(line) > MAX_EVENT_BYTES:
@@ -86,7 +88,11 @@ class RemoteHttp:
                     if cancelled is not None and cancelled():
                         return
             except (OSError, http.client.HTTPException) as exc:
+                if watch.fired:  # the user's Stop cut a read that waited on the server
+                    return
                 raise ServerError(f"{self.where(path)}: the connection failed mid-reply ({self.short(str(exc).encode())})") from None
+            if watch.fired:
+                return
         raise ServerError(f"{self.where(path)}: the stream ended before the reply did")
 
     def where(self, path: str) -> str:
@@ -122,6 +128,7 @@ class RemoteHttp:
         try:
             connection.request(method, parts.path.rstrip("/") + path,
                                None if body is None else json.dumps(body).encode(), headers)
+            sock = connection.sock  # the response takes it over where it has no length
             answer = connection.getresponse()
             if answer.status != 200:
                 raise HttpStatusError(f"{self.where(path)}: HTTP {answer.status} {self.short(answer.read(2048))}",
@@ -135,16 +142,18 @@ class RemoteHttp:
         except BaseException:
             connection.close()
             raise
-        return _Answer(connection, answer)
+        return _Answer(connection, answer, sock)
 
 
 class _Answer:
     """An HTTP answer that closes its connection when its `with` block ends."""
 
-    def __init__(self, connection: http.client.HTTPConnection, answer: http.client.HTTPResponse) -> None:
-        self._connection, self._answer = connection, answer
+    def __init__(self, connection: http.client.HTTPConnection, answer: http.client.HTTPResponse,
+                 sock=None) -> None:
+        self._connection, self._answer, self.sock = connection, answer, sock
 
     def __enter__(self) -> http.client.HTTPResponse:
+        self._answer.connection, self._answer.sock = self._connection, self.sock  # for cut_when_cancelled
         return self._answer
 
     def __exit__(self, *exc) -> None:
