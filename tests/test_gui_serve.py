@@ -34,13 +34,7 @@ def test_serve_toggle_answers_openai_requests_beside_the_chat(qtbot, data_dir, t
     load_pair(qtbot, window, tiny_paths["llama-f32"], LOOKUP)
     assert panel.toggle.isEnabled()
 
-    port = free_port()
-    panel.port.setValue(port)
-    panel.key.setText("sekrit")
-    with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
-        panel.toggle.setChecked(True)
-    base = f"http://127.0.0.1:{port}"
-    assert base in panel.status.text()
+    base = start_serving(qtbot, window, "sekrit")
 
     reply = post(f"{base}/v1/chat/completions", {
         "messages": [{"role": "user", "content": "def add(a, b):"}], "max_tokens": 12, "temperature": 0,
@@ -96,3 +90,16 @@ def test_loading_another_pair_stops_the_server_and_serves_the_new_one(qtbot, dat
     assert window.serve_panel.toggle.isChecked() and window.serve_panel.toggle.isEnabled()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as response:
         assert json.loads(response.read())["data"][0]["id"] == tiny_paths["qwen2-f32"].stem
+
+
+def start_serving(qtbot, window, key: str) -> str:
+    """Turn the window's Local API server on at a free port with `key`; its base URL."""
+    panel = window.serve_panel
+    port = free_port()
+    panel.port.setValue(port)
+    panel.key.setText(key)
+    with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
+        panel.toggle.setChecked(True)
+    base = f"http://127.0.0.1:{port}"
+    assert base in panel.status.text()
+    return base

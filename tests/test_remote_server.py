@@ -15,21 +15,10 @@ from app.engine.llama_server.client import ServerError
 from app.engine.llama_server.session import ServerEngine, ServerSession
 from app.engine.loop.events import DoneEvent, StepEvent
 from app.engine.loop.sampling import SamplingParams
+from tests.test_llama_server import _run
 from tests.openai_standin import ACCEPTED_PER_REPLY, DRAFTED_PER_REPLY, STEPS_PER_REPLY, Standin, StandinServer
 
 KEY = "s3cret-remote-key"
-
-
-def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    from app.cli import main
-
-    capsys.readouterr()
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from app.worker.requests import LLAMA_SERVER, GenSettings
 from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, send, shot  # noqa: F401
 from tests.test_gui_engines import choose, press_load
-from tests.test_gui_serve import free_port, post
+from tests.test_gui_serve import post, start_serving
 from tests.test_llama_server import _require_server, _run
 from tests.test_server_cli import ServerProcess
 
@@ -84,13 +84,7 @@ def test_the_window_serves_its_llama_server_engine(qtbot, data_dir, tiny_paths):
     panel = window.serve_panel
     assert panel.toggle.isEnabled(), panel.status.text()
 
-    port = free_port()
-    panel.port.setValue(port)
-    panel.key.setText("sekrit")
-    with qtbot.waitSignal(window.server.started, timeout=WAIT_MS):
-        panel.toggle.setChecked(True)
-    base = f"http://127.0.0.1:{port}"
-    assert base in panel.status.text()
+    base = start_serving(qtbot, window, "sekrit")
     shot(window, "50-serve-llama-server")
     shot(panel, "50-serve-box-llama-server")  # the box sits below the fold of the Model tab
 
