@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 from app.desktop_entry import ICON_SIZES
 from app.hub.builtin import builtin_path
 from app.ui.shell.launch import make_app
-from app.worker.requests import LOOKUP, NONE
+from app.worker.requests import DEFAULT_DRAFTER, NONE
 from tests.test_gui import WAIT_MS, add_models, data_dir, load_pair, open_window  # noqa: F401
 
 SHOTS = Path("/tmp/specula-shots")
@@ -125,7 +125,7 @@ def test_an_unavailable_demo_stays_disabled_with_the_reason(qtbot):
 
 
 @pytest.mark.demo
-def test_demo_button_loads_the_built_in_model_with_prompt_lookup(qtbot, data_dir):
+def test_demo_button_loads_the_built_in_model_with_the_default_drafter(qtbot, data_dir):
     window = open_window(qtbot)
     page = window.panel.empty_state
     qtbot.mouseClick(page.demo_button, Qt.MouseButton.LeftButton)
@@ -133,7 +133,7 @@ def test_demo_button_loads_the_built_in_model_with_prompt_lookup(qtbot, data_dir
     save_shot(window, "empty-loading")
     qtbot.waitUntil(lambda: window.loaded_facts is not None and not window.panel.empty_state_shown(), timeout=WAIT_MS)
     facts = window.loaded_facts
-    assert facts["main_path"] == str(builtin_path("smollm2-135m")) and facts["drafter"] == LOOKUP
+    assert facts["main_path"] == str(builtin_path("smollm2-135m")) and facts["drafter"] == DEFAULT_DRAFTER
     assert window.panel.view.isVisible()
-    assert window.picker.loaded_spec().drafter == LOOKUP
+    assert window.picker.loaded_spec().drafter == DEFAULT_DRAFTER
     save_shot(window, "empty-after-demo-loaded")
