@@ -135,8 +135,9 @@ def test_another_specula_answers_with_its_own_draft_counts(capsys, tiny_paths, k
     from tests.test_server_cli import ServerProcess
 
     tiny, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-q8"])
+    # A fixed draft length: the two requests below draft alike (an adaptive one follows the timings).
     server = ServerProcess(["-m", tiny, "-md", draft, "--device", "cpu", "--dtype", "float32", "--port", "0",
-                            "--api-key", KEY])
+                            "--api-key", KEY, "--draft-fixed", "--spec-draft-n-max", "4"])
     try:
         url = server.wait_ready()
         code, out, err = _run(capsys, "run", "-m", "llama-f32", "--server", url, "--api-key-file", key_file,
