@@ -9,7 +9,7 @@ import json
 import pytest
 
 from app.cli import build_parser, main
-from app.cli.run_server import SERVER_ONLY, engine_of, server_flags
+from app.cli.run_server import SERVER_ONLY, engine_of, server_engine
 from app.cli.spec_args import spec_choice
 from app.engine.drafting.kinds import MapParams
 from app.engine.drafting.ngram_map import NgramMapDrafter
@@ -96,7 +96,7 @@ def test_run_on_llama_server_forwards_the_map_flags():
     args = build_parser().parse_args([
         "run", "-m", "m.gguf", "-p", "hi", "--engine", "llama-server", "--spec-type", "ngram-map-k4v",
         "--spec-ngram-map-k4v-size-n", "8", "--spec-ngram-map-k4v-min-hits", "2"])
-    flags = server_flags(args)
+    flags = server_engine(args).flags()
     assert flags[flags.index("--spec-type") + 1] == "ngram-map-k4v"
     assert flags[flags.index("--spec-ngram-map-k4v-size-n") + 1] == "8"
     assert flags[flags.index("--spec-ngram-map-k4v-min-hits") + 1] == "2"

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import tempfile
 
-from app.engine.llama_server.session import RPC_WARNING
+from app.engine.llama_server.session import LOOPBACK_HOSTS, RPC_WARNING
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WARNING = f"warning: {RPC_WARNING}"
 
 
@@ -44,7 +43,7 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print("specula: error: --port must be between 1 and 65535", file=sys.stderr)
         return 2
-    if args.host not in LOOPBACK:
+    if args.host not in LOOPBACK_HOSTS:
         print(f"specula: {WARNING}", file=sys.stderr)
     print(f"specula: RPC worker on {args.host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     with tempfile.TemporaryFile(prefix="specula-rpc-worker-") as log:

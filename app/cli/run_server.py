@@ -129,11 +129,6 @@ def server_engine(args: argparse.Namespace) -> "ServerEngine":
         flash_attn=args.flash_attn, spec_values=tuple(values))
 
 
-def server_flags(args: argparse.Namespace) -> list[str]:
-    """llama-server's flags for run's (after -m MODEL)."""
-    return server_engine(args).flags()
-
-
 def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator], "RunSummary"]):
     """(summary, plan line) of the reply from llama-server, started for it and stopped after it;
     `show` consumes the reply's events as they stream (run prints them) and returns the summary."""

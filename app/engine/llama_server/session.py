@@ -123,9 +123,12 @@ def check_rpc_endpoints(value: str | Sequence[str]) -> tuple[str, ...]:
     return endpoints
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def off_loopback(endpoints: Sequence[str]) -> list[str]:
     """The endpoints whose host is not this machine's loopback (llama.cpp's warning applies)."""
-    return [e for e in endpoints if e.rpartition(":")[0].strip("[]") not in ("127.0.0.1", "localhost", "::1")]
+    return [e for e in endpoints if e.rpartition(":")[0].strip("[]") not in LOOPBACK_HOSTS]
 
 
 RPC_WARNING = ("llama.cpp's RPC has no authentication and is not secure: never expose an RPC worker to an open "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLineEdit, QVBoxLayout
 
-from app.engine.llama_server.session import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints,
+from app.engine.llama_server.session import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints, check_url,
                                              off_loopback)
 from app.ui.common.format import html_text
 from app.ui.common.style import small_muted_label
@@ -111,10 +111,9 @@ class EnginePanel(QGroupBox):
     def problem(self) -> str | None:
         """Why the choice cannot load as it stands (one line), or None."""
         if self.runs_on() == AT_URL:
-            from urllib.parse import urlsplit
-
-            parts = urlsplit(self.server_url())
-            if parts.scheme not in ("http", "https") or not parts.hostname:
+            try:
+                check_url(self.server_url())
+            except ValueError:
                 return "type the server's URL (http://HOST:PORT or https://...)"
         if self.rpc_text():
             try:
