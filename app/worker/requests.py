@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.backends import AUTO
 from app.engine.drafting.kinds import kind_title
 from app.engine.settings import GenSettings  # noqa: F401 - the window's settings are the engine's one shape
 
@@ -40,7 +41,7 @@ class PairChoice:
     main_gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
     dtype: str = "auto"  # torch: weights once loaded: auto (float32 on the CPU, bf16/fp16 on a GPU), ...
-    backend: str = "auto"  # what runs the models: auto (llama.cpp where it runs here), llama.cpp, torch
+    backend: str = AUTO  # what runs the models (BACKEND_CHOICES): auto (llama.cpp where it runs here), llama.cpp, torch
     # The folder of the n-gram caches (one file per main vocabulary), beside the chat history;
     # None: an n-gram cache in memory only.
     ngram_dir: str | None = None
