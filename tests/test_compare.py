@@ -28,7 +28,7 @@ from app.compare.prompts import (
     CATEGORIES, OWN, Prompt, PromptFileError, builtin_prompts, parse_prompts, prompts_from_arg,
 )
 from app.compare.results import (
-    DEFAULT_DRAFT_MAX, CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, CompareFileError, CompareRequest, CompareRun, DraftChoice,
+    COMPARE_DEFAULTS, DEFAULT_DRAFT_MAX, CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, CompareFileError, CompareRequest, CompareRun, DraftChoice,
     RunSettings, load_run,
 )
 from app.compare.summary import ALL, delta_line, deltas, speed_curve, table_rows, verdict
@@ -40,7 +40,7 @@ PROMPTS = (Prompt("copy", COPY), Prompt("chat", "hello there, how are you?"))
 N = 48
 K = 4
 # Every reply runs to N tokens; each step drafts K tokens whatever the draft's confidence.
-SETTINGS = RunSettings(n_predict=N, ignore_eos=True, draft_sweep=(K,), draft_p_min=0.0)
+SETTINGS = RunSettings(replace(COMPARE_DEFAULTS, max_tokens=N, draft_p_min=0.0), draft_sweep=(K,), ignore_eos=True)
 LOOKUP_K, SAME_K, USELESS_K = f"lookup k={K}", f"same k={K}", f"useless k={K}"
 
 
@@ -87,13 +87,13 @@ def test_every_configuration_runs_every_prompt_with_identical_greedy_output(save
     assert run.status == COMPLETE and not run.errors
     assert [c.name for c in run.configs] == [NONE, LOOKUP_K, SAME_K, USELESS_K]
     assert len(run.results) == run.n_expected == 8
-    assert all(r.n_predicted == N and len(r.tokens) == N for r in run.results)
-    baseline = {r.prompt_index: r.tokens for r in run.results_of(NONE)}
+    assert all(r.summary.n_predicted == N and len(r.summary.tokens) == N for r in run.results)
+    baseline = {r.prompt_index: r.summary.tokens for r in run.results_of(NONE)}
     for r in run.results:
         if r.config == NONE:
-            assert r.identical is None and r.n_drafted == 0
+            assert r.identical is None and r.summary.n_drafted == 0
         else:
-            assert r.identical is True and r.tokens == baseline[r.prompt_index]
+            assert r.identical is True and r.summary.tokens == baseline[r.prompt_index]
     assert (progress[-1].done, progress[-1].total, progress[-1].stage) == (8, 8, COMPLETE)
     assert any(p.stage.startswith("draft useless") for p in progress)  # the draft's load is reported
 
@@ -116,12 +116,12 @@ def test_acceptance_follows_the_drafts_known_behaviour(saved):
 def test_figures_are_measured_per_prompt(saved):
     run = saved[0]
     for r in run.results:
-        assert r.decode_s > 0 and r.ttft_s > 0 and r.decode_tps > 0
+        assert r.summary.decode_s > 0 and r.summary.ttft_s > 0 and r.summary.decode_tps > 0
         assert r.timeline[0] == (1, 0.0) and r.timeline[-1][0] == N
         assert all(b[0] > a[0] and b[1] >= a[1] for a, b in zip(r.timeline, r.timeline[1:]))
-        assert sum(r.drafted_by_position[:1]) == r.n_steps  # every drafting step drafts position 1
+        assert sum(r.summary.drafted_by_position[:1]) == r.summary.n_steps  # every drafting step drafts position 1
         if r.config in (SAME_K, USELESS_K):
-            assert len(r.drafted_by_position) == K
+            assert len(r.summary.drafted_by_position) == K
         if sys.platform.startswith("linux"):
             assert r.peak_rss_bytes and r.peak_rss_bytes > 50 << 20  # torch alone is more
     curve = speed_curve(run.results_of(NONE))
@@ -147,7 +147,7 @@ def test_json_is_written_as_the_run_goes_and_reopens(saved):
     assert load_run(path) == run
     data = json.loads(path.read_text())
     assert data["format"] == "specula-compare" and data["status"] == COMPLETE
-    assert len(data["results"]) == 8 and data["results"][0]["tokens"]
+    assert len(data["results"]) == 8 and data["results"][0]["summary"]["tokens"]
 
 
 def test_csv_parses_back_to_the_table(saved, tmp_path):
@@ -187,7 +187,7 @@ def test_a_damaged_or_foreign_file_is_one_line(tmp_path):
 
 def test_comparison_with_an_earlier_run(saved):
     run = saved[0]
-    slower = replace(run, results=tuple(replace(r, decode_s=r.decode_s * 2) for r in run.results), created=0.0)
+    slower = replace(run, results=tuple(replace(r, summary=replace(r.summary, decode_s=r.summary.decode_s * 2)) for r in run.results), created=0.0)
     changes = deltas(run, slower)
     assert set(changes) == {(r.config, r.category) for r in table_rows(run)}
     assert all(d.tps_change == pytest.approx(1.0) for d in changes.values())  # twice as fast now
@@ -211,7 +211,7 @@ def test_cancel_mid_prompt_keeps_the_finished_results_saved(tiny_paths, tiny_loa
     assert run.status == CANCELLED
     assert len(run.results) == 3
     assert [(r.config, r.prompt_index) for r in run.results] == [(NONE, 0), (NONE, 1), (NONE, 2)]
-    assert all(r.n_predicted == N for r in run.results)
+    assert all(r.summary.n_predicted == N for r in run.results)
     reopened = load_run(path)
     assert reopened == run and reopened.status == CANCELLED
     assert "run cancelled: 3 of 6 results" in format_table(reopened)
@@ -221,14 +221,14 @@ def test_cancel_mid_prompt_keeps_the_finished_results_saved(tiny_paths, tiny_loa
 
 
 def test_sweep_runs_each_drafter_at_each_fixed_length(tiny_paths, tiny_loaded):
-    settings = replace(SETTINGS, n_predict=16, draft_sweep=(2, 4))
+    settings = replace(SETTINGS, gen=replace(SETTINGS.gen, max_tokens=16), draft_sweep=(2, 4))
     run = compare(tiny_paths, tiny_loaded, [DraftChoice(MODEL, str(tiny_paths["llama-f32"]), "same")],
                   prompts=PROMPTS[:1], settings=settings)
     assert [(c.name, c.draft_max, c.adaptive) for c in run.configs] == [
         (NONE, DEFAULT_DRAFT_MAX, True), ("same k=2", 2, False), ("same k=4", 4, False)]
     for k in (2, 4):
         (result,) = run.results_of(f"same k={k}")
-        assert len(result.drafted_by_position) == k and result.identical
+        assert len(result.summary.drafted_by_position) == k and result.identical
     assert verdict(run).startswith("same (best k=")
     assert "fixed draft lengths 2,4" in format_table(run)
 
@@ -372,7 +372,7 @@ def test_a_draft_with_another_vocabulary_is_compared_through_text(tiny_paths, ti
     run = compare(tiny_paths, tiny_loaded, [DraftChoice(MODEL, str(tiny_paths["llama-b"]), "other vocabulary")])
     drafted = [r for r in run.results if r.config not in (NONE,)]
     assert drafted and all(r.identical for r in drafted)
-    assert sum(r.n_drafted for r in drafted) > 0
+    assert sum(r.summary.n_drafted for r in drafted) > 0
 
 
 @pytest.mark.parametrize("backend, plan_start", [("llama.cpp", "llama.cpp on CPU"), ("torch", "CPU, ")])

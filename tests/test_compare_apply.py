@@ -41,7 +41,7 @@ def use_in_chat(qtbot, window) -> None:
 
 def slowed(run, configs: set[str], factor: float = 50.0):
     """The run with these configurations' decoding times multiplied (the same tokens)."""
-    return replace(run, results=tuple(replace(r, decode_s=r.decode_s * factor) if r.config in configs else r
+    return replace(run, results=tuple(replace(r, summary=replace(r.summary, decode_s=r.summary.decode_s * factor)) if r.config in configs else r
                                       for r in run.results))
 
 
@@ -81,7 +81,7 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
     other = shutil.copy(tiny_paths["llama-notemplate"], tmp_path / "downloaded-draft.gguf")
     model = next(c for c in run.configs if c.drafter == MODEL)
     configs = tuple(replace(c, draft_path=str(other)) if c == model else c for c in run.configs)
-    accepting = tuple(replace(r, n_accepted=max(r.n_accepted, 1)) if r.config == model.name else r
+    accepting = tuple(replace(r, summary=replace(r.summary, n_accepted=max(r.summary.n_accepted, 1))) if r.config == model.name else r
                       for r in run.results)  # a random tiny draft accepts nothing: never a winner
     window.set_run(slowed(replace(run, configs=configs, results=accepting), ({NONE} | drafters) - {model.name}))
     assert fastest(window.run).draft_path == str(other)

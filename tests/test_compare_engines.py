@@ -49,11 +49,12 @@ def test_compare_puts_llama_servers_types_beside_ours_with_its_own_counts(capsys
     assert set(rows) == set(names) and not run.errors
     base = rows["none"]
     for name in names[1:]:  # greedy: every engine's reply is plain decoding's
-        assert rows[name].text == base.text, name
+        assert rows[name].summary.text == base.summary.text, name
     spec = rows["llama-server ngram-mod+ngram-simple"]
+    spec = spec.summary
     assert spec.n_drafted > 0 and 0 < spec.n_accepted <= spec.n_drafted  # llama.cpp's own timings
     assert sum(spec.accepted_by_position) == spec.n_accepted
-    assert rows["llama-server none"].n_drafted == 0
+    assert rows["llama-server none"].summary.n_drafted == 0
     assert "llama-server ngram-mod+ngram-simpl" in out and "Traceback" not in err
 
 
@@ -69,7 +70,7 @@ def test_a_server_at_a_url_is_a_row_and_one_that_fails_is_one_error_line(capsys,
         assert code == 0, err
         run = load_run(out_file)
         row = [r for r in run.results if r.config.startswith("server 127.0.0.1")]
-        assert len(row) == 1 and row[0].n_predicted > 0 and not run.errors
+        assert len(row) == 1 and row[0].summary.n_predicted > 0 and not run.errors
         assert "k3y-for-compare" not in out + err + out_file.read_text()
         url = server.url
     bad = tmp_path / "bad.json"

@@ -11,8 +11,10 @@ import pytest
 
 from app.cli import build_parser, main
 from app.compare.fastest import MARGIN, Fastest, fastest, run_command, run_flags, setting_flags
-from app.compare.results import LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, RunSettings, load_run
+from app.compare.results import (COMPARE_DEFAULTS, LOOKUP, MODEL, NONE, CompareRequest, DraftChoice, RunSettings,
+                                 load_run)
 from app.compare.summary import table_rows
+from app.engine.settings import GenSettings
 
 COPY = "The model reads the file and the model writes the file. " * 3
 
@@ -36,7 +38,8 @@ def real_run(tiny_paths, tiny_loaded):
     from app.compare.runner import Runner
 
     drafts = (DraftChoice(LOOKUP, label=LOOKUP), DraftChoice(MODEL, str(tiny_paths["llama-other"]), "other"))
-    settings = RunSettings(n_predict=24, ignore_eos=True, draft_sweep=(4,), draft_p_min=0.5, repeats=2)
+    settings = RunSettings(replace(COMPARE_DEFAULTS, max_tokens=24, draft_p_min=0.5), draft_sweep=(4,), ignore_eos=True,
+                           repeats=2)
     prompts = (Prompt("copy", COPY), Prompt("chat", "hello there, how are you?"))
     request = CompareRequest(str(tiny_paths["llama-f32"]), drafts, prompts, settings, device="cpu", dtype="float32")
     return Runner(request, main=tiny_loaded("llama-f32")).run()
@@ -61,14 +64,14 @@ def assert_reproduces(args, choice: Fastest) -> None:
 
 def slowed(run, configs: set[str], factor: float):
     """The run with these configurations' decoding times multiplied (the same tokens)."""
-    results = tuple(replace(r, decode_s=r.decode_s * factor) if r.config in configs else r for r in run.results)
+    results = tuple(replace(r, summary=replace(r.summary, decode_s=r.summary.decode_s * factor)) if r.config in configs else r for r in run.results)
     return replace(run, results=results)
 
 
 def accepting(run, config: str):
     """The run with this configuration credited one accepted draft per reply (a random tiny draft
     model accepts none, and a drafter that never drafts right is never the fastest)."""
-    return replace(run, results=tuple(replace(r, n_accepted=max(r.n_accepted, 1)) if r.config == config else r
+    return replace(run, results=tuple(replace(r, summary=replace(r.summary, n_accepted=max(r.summary.n_accepted, 1))) if r.config == config else r
                                       for r in run.results))
 
 
@@ -153,7 +156,7 @@ def test_specula_compare_prints_the_run_command_of_the_fastest(tiny_paths, tmp_p
 
 
 def test_a_sampled_run_reproduces_with_its_sampling_and_precision():
-    settings = RunSettings(n_predict=48, temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, seed=1234)
+    settings = RunSettings(GenSettings(max_tokens=48, temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, seed=1234))
     args = parsed(["-m", "/m.gguf", *setting_flags(settings, "bfloat16")])
     assert (args.n_predict, args.temp, args.top_k, args.top_p, args.min_p, args.seed) == (48, 0.7, 20, 0.9, 0.1, 1234)
     assert args.dtype == "bfloat16"

@@ -7,11 +7,15 @@ window's row are the real ones. Screenshots go to SPECULA_SHOTS when it names a 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt
 
 from app.compare.fastest import fastest, reproduce_line
 from app.compare.prompts import Prompt
-from app.compare.results import LOOKUP, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult, RunSettings
+from app.compare.results import (COMPARE_DEFAULTS, LOOKUP, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult,
+                                 RunSettings)
+from app.engine.loop.events import RunSummary, StopReason
 from app.compare.summary import speedup_spread, tps_spread, verdict
 from app.ui.compare.choice import WIN_COLOUR
 from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
@@ -22,8 +26,9 @@ PROMPTS = (Prompt("code", "def f(x):"), Prompt("chat", "hello"))
 
 def result(config: str, index: int, repeat: int, tps: float, accepted: int) -> PromptResult:
     drafted = 30 if config != NONE else 0
-    return PromptResult(config, index, PROMPTS[index].category, 5, TOKENS + 1, TOKENS / tps, 0.01, 20, drafted,
-                        min(accepted, drafted), (), (), "length", tuple(range(TOKENS + 1)), "x", (), repeat=repeat)
+    summary = RunSummary("x", tuple(range(TOKENS + 1)), StopReason.MAX_TOKENS, config, 5, 5, 0.01, TOKENS + 1,
+                         TOKENS / tps, 0.01, 20, drafted, min(accepted, drafted), (), ())
+    return PromptResult(config, index, PROMPTS[index].category, summary, (), repeat=repeat)
 
 
 def made_run(none_tps: list[float], lookup_tps: list[float], accepted: int = 12) -> CompareRun:
@@ -33,7 +38,7 @@ def made_run(none_tps: list[float], lookup_tps: list[float], accepted: int = 12)
     for repeat, (base, mine) in enumerate(zip(none_tps, lookup_tps)):
         for index in range(len(PROMPTS)):
             results += [result(NONE, index, repeat, base, 0), result(LOOKUP, index, repeat, mine, accepted)]
-    settings = RunSettings(n_predict=TOKENS, repeats=len(none_tps))
+    settings = RunSettings(replace(COMPARE_DEFAULTS, max_tokens=TOKENS), repeats=len(none_tps))
     return CompareRun(MainFacts("tiny", "/m/tiny.gguf", "CPU"), settings, configs, PROMPTS, tuple(results),
                       status="complete")
 
@@ -122,9 +127,9 @@ def test_each_run_starts_with_an_empty_ngram_cache_untaught_by_the_warm_up(tiny_
 
     copy = "The model reads the file and the model writes the file. " * 3
     request = CompareRequest(str(tiny_paths["llama-f32"]), (DraftChoice("ngram-cache", label="ngram-cache"),),
-                             (Prompt("copy", copy),), RunSettings(n_predict=24, ignore_eos=True, repeats=2),
+                             (Prompt("copy", copy),), RunSettings(replace(COMPARE_DEFAULTS, max_tokens=24), ignore_eos=True, repeats=2),
                              device="cpu", dtype="float32")
     run = Runner(request, main=tiny_loaded("llama-f32")).run()
     cache = [r for r in run.results if r.config == "ngram-cache"]
     assert [r.repeat for r in cache] == [0, 1] and run.n_expected == len(run.results) == 4
-    assert all(r.n_accepted == 0 for r in cache)  # nothing finished before each of them in its run
+    assert all(r.summary.n_accepted == 0 for r in cache)  # nothing finished before each of them in its run

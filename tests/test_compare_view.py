@@ -198,3 +198,16 @@ def test_llama_servers_own_speculation_runs_beside_ours_in_the_window(qtbot, dat
     assert list(window.charts.bar_heights("tps")) == configs
     assert window.table.model().rowCount() == 3
     shot(window, "compare-llama-server")
+
+
+def test_a_comparison_saved_before_the_version_2_format_opens_in_the_window(qtbot, data_dir):
+    """tests/data/compare_v1.json, written by `specula compare` before issue 49 item 5: the window
+    opens it (converted on load) with its table, verdict and facts as they were."""
+    from pathlib import Path
+
+    window = compare_window(qtbot, [])
+    assert window.open_run(Path(__file__).resolve().parent / "data" / "compare_v1.json")
+    assert window.table.cell_text(0, "Config") == "none" and window.table.cell_text(1, "tok/s") == "72.2"
+    assert window.verdict_label.text().startswith("lookup: slower than none")
+    assert "greedy · 6 tokens per reply" in window.facts_label.text()
+    shot(window, "compare-v1-file-opened")

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from app.compare.export import save_csv
 from app.compare.prompts import Prompt
-from app.compare.results import NONE, CompareRun, ConfigSpec, MainFacts, PromptResult, RunSettings, save_run
+from app.compare.results import COMPARE_DEFAULTS, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult, RunSettings, save_run
+from app.engine.loop.events import RunSummary, StopReason
 
 PROMPTS = (Prompt("code", "def f(x):"),)
 
 
 def small_run() -> CompareRun:
-    result = PromptResult(NONE, 0, "code", 5, 9, 0.5, 0.01, 8, 0, 0, (), (), "length", tuple(range(9)), "x", ())
-    return CompareRun(MainFacts("tiny", "/m/tiny.gguf", "CPU"), RunSettings(n_predict=8),
+    summary = RunSummary("x", tuple(range(9)), StopReason.MAX_TOKENS, NONE, 5, 5, 0.01, 9, 0.5, 0.01, 8, 0, 0, (), ())
+    result = PromptResult(NONE, 0, "code", summary, ())
+    return CompareRun(MainFacts("tiny", "/m/tiny.gguf", "CPU"), RunSettings(replace(COMPARE_DEFAULTS, max_tokens=8)),
                       (ConfigSpec(NONE, NONE, label=NONE),), PROMPTS, (result,), status="complete")
 
 

@@ -143,3 +143,24 @@ def test_library_scan_lists_a_folder_once_and_explains_unusable_files(data_dir, 
     ]
     assert "not a GGUF file" in entries[0].error and entries[2].error.endswith("folder not found")
     assert entries[1].facts().startswith("llama · 146K params · Q8_0 · context 512 tokens · vocabulary 559")
+
+
+def test_the_windows_saved_gen_settings_from_before_issue_49_load_into_the_form(qtbot, data_dir):
+    """gen/settings as the window saved it before GenSettings moved to the engine
+    (tests/data/gen_settings_v1.json): the form shows it and saves it back unchanged."""
+    import json
+    from pathlib import Path
+
+    from app.ui.common.paths import open_settings
+    from tests.test_gui import open_window, shot
+
+    saved = (Path(__file__).resolve().parent / "data" / "gen_settings_v1.json").read_text()
+    settings = open_settings()
+    settings.setValue("gen/settings", saved)
+    settings.sync()
+    window = open_window(qtbot)
+    assert window.gen_form.settings() == GenSettings.from_dict(json.loads(saved))
+    assert window.gen_form.settings().temperature == 0.3 and window.gen_form.settings().adaptive_draft is False
+    shot(window.gen_form, "gen-settings-v1-loaded")
+    window.save_settings()
+    assert json.loads(open_settings().value("gen/settings")) == json.loads(saved)

@@ -15,8 +15,7 @@ import openai
 import pytest
 
 from app.engine.drafting.drafters import PromptLookupDrafter
-from app.engine.loop.sampling import SamplingParams
-from app.engine.loop.speculative import DecodeSettings
+from app.engine.settings import GenSettings
 from app.server.app import ServerConfig, create_app
 from app.server.launch import BackgroundServer, bind_socket
 from app.server.model import ServedModel
@@ -25,7 +24,7 @@ from app.server.params import GenerationRequest
 MODEL = "llama-f32"
 CODE = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
 # The server's defaults are the CLI's (llama-server's): sampling at temperature 0.8.
-DEFAULTS = DecodeSettings(sampling=SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05))
+DEFAULTS = GenSettings()  # the command line's: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.engine.drafting.drafters import PromptLookupDrafter
-from app.engine.loop.sampling import SamplingParams
-from app.engine.loop.speculative import DecodeSettings
+from app.engine.settings import GenSettings
 from app.server.app import ServerConfig, create_app
 from app.server.launch import BackgroundServer, bind_socket
 from app.server.model import ServedModel
@@ -28,7 +27,7 @@ HELLO = [{"role": "user", "content": "hello"}]
 @pytest.fixture(scope="module")
 def server(tiny_loaded):
     served = ServedModel.create(tiny_loaded("llama-f32"), PromptLookupDrafter(),
-                                DecodeSettings(sampling=SamplingParams(temperature=0.0)), n_ctx=N_CTX)
+                                GenSettings(temperature=0.0), n_ctx=N_CTX)
     app = create_app(served, ServerConfig(max_waiting=1))
     with BackgroundServer(app, bind_socket("127.0.0.1", 0)) as running:
         yield running

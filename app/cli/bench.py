@@ -34,8 +34,8 @@ from app.cli.run import load_main, pair_spec
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
 from app.engine.drafting.factory import LOOKUP, NONE, make_drafter
-from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
+from app.engine.settings import GenSettings
 from app.hub.display import display_name
 
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
@@ -81,11 +81,9 @@ def _transformers(main: LoadedModel, ids: list[int], n: int, draft_max: int, p_m
 
 def cmd_bench(args: argparse.Namespace) -> int:
     main = load_main(args)
-    settings = DecodeSettings(
-        max_new_tokens=args.n_predict, draft_max=args.draft_max, draft_min=args.draft_min,
-        draft_p_min=args.draft_p_min, sampling=SamplingParams(temperature=0.0),
-        adaptive_draft=not args.draft_fixed,
-    )
+    settings = GenSettings(max_tokens=args.n_predict, temperature=0.0, draft_max=args.draft_max,
+                           draft_min=args.draft_min, draft_p_min=args.draft_p_min,
+                           adaptive_draft=not args.draft_fixed).decode_settings()
     factories = _drafter_factories(main, args)
     drafters = {name: make() for name, make in factories.items()}
     users = drafters.get(_USERS)

@@ -27,6 +27,7 @@ from app.cli.run_server import check_server_url, read_api_key, rpc_endpoints
 from app.compare.choices import parse_drafts, parse_lengths, resolve_draft, url_choice
 from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
 from app.compare.results import COMPLETE, NGRAM_PARTS, CompareRequest, Progress, RunSettings
+from app.engine.settings import GenSettings
 from app.hub.builtin import resolve_model_arg
 
 
@@ -87,11 +88,10 @@ def build_request(args: argparse.Namespace, notice=None) -> CompareRequest:
     if args.prompts is not None or not prompts:
         prompts = prompts_from_arg(args.prompts or "builtin") + prompts
     seed = args.seed if args.seed >= 0 else random.randrange(1 << 31)
-    settings = RunSettings(
-        n_predict=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        seed=seed, draft_sweep=parse_lengths(args.draft_max), draft_min=args.draft_min,
-        draft_p_min=args.draft_p_min, ignore_eos=args.ignore_eos, repeats=args.repetitions,
-    )
+    gen = GenSettings(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                      min_p=args.min_p, seed=seed, draft_min=args.draft_min, draft_p_min=args.draft_p_min)
+    settings = RunSettings(gen, draft_sweep=parse_lengths(args.draft_max), ignore_eos=args.ignore_eos,
+                           repeats=args.repetitions)
     first_draft = args.model_draft[0] if args.model_draft else None
     drafts = tuple(resolve_draft(name, notice, first_draft) for name in parse_drafts(drafts_arg(args)))
     api_key = None

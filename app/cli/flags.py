@@ -22,7 +22,9 @@ def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True, server:
 
 def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     """--backend and llama.cpp's own run-time flags (its names and defaults)."""
-    parser.add_argument("--backend", default="auto", choices=["auto", "llama.cpp", "torch"], help="what runs the model (default auto: llama.cpp where it runs here, else torch, saying why)")
+    from app.engine.backends import AUTO, BACKEND_CHOICES
+
+    parser.add_argument("--backend", default=AUTO, choices=BACKEND_CHOICES, help="what runs the model (default auto: llama.cpp where it runs here, else torch, saying why)")
     parser.add_argument("-t", "--threads", type=int, default=0, help="llama.cpp: threads (default 0 = the physical cores, as llama.cpp)")
     parser.add_argument("-fa", "--flash-attn", default="auto", choices=["on", "off", "auto"], help="llama.cpp: flash attention (default auto, as llama.cpp)")
     parser.add_argument("--no-repack", action="store_true", help="llama.cpp: keep weights in the file's layout instead of its repacked CPU kernels' (as llama.cpp's --no-repack)")

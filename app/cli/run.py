@@ -20,8 +20,8 @@ from app.hub.display import display_name
 if TYPE_CHECKING:
     from app.engine.loop.events import RunSummary, StepEvent
     from app.engine.loader import LoadedModel
-    from app.engine.loop.speculative import DecodeSettings
     from app.engine.pair_loader import LoadedPair, PairSpec
+    from app.engine.settings import GenSettings
 
 DRAFT_COLOUR = "\033[32m"  # accepted draft tokens in green, as llama-speculative shows them
 RESET = "\033[0m"
@@ -61,16 +61,18 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON object of the results")
 
 
-def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
-    from app.engine.loop.speculative import make_settings
+def settings_from_args(args: argparse.Namespace) -> GenSettings:
+    """The flags' reply length, sampling and drafting in the engine's one settings shape (its
+    decode_settings checks what the engine refuses); a flag out of range is one line, exit 2."""
+    from app.engine.settings import GenSettings
 
     for name in ("n_predict", "draft_max"):
         if getattr(args, name, 1) < 1:
             raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
     if getattr(args, "draft_max", 1) > MAX_DRAFT:  # the draft-length schedule sizes tables by it
         raise SystemExit(f"specula: error: --spec-draft-n-max must be at most {MAX_DRAFT}")
-    return make_settings(
-        max_new_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+    return GenSettings(
+        max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
         min_p=args.min_p, seed=args.seed, draft_max=args.draft_max, draft_min=args.draft_min,
         draft_p_min=args.draft_p_min, adaptive_draft=not getattr(args, "draft_fixed", False),
     )
@@ -188,7 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app.engine.loop.speculative import generate
 
     if engine_of(args) == LLAMA_SERVER:
-        settings = settings_from_args(args)
+        settings = settings_from_args(args).decode_settings()
         summary, plan = reply_on_server(args, settings, lambda events: stream(events, args.color))
         print_summary(summary, settings.draft_max)
         print(plan, file=sys.stderr)
@@ -196,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(json_result(summary))
         return 0
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(args).decode_settings()
     text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
     pair = load_cli_pair(args)
     main = pair.main
@@ -215,13 +217,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from app.engine.loop.chat import render_prompt
     from app.engine.loader import load_model
     from app.engine.drafting.factory import LOOKUP, make_drafter
-    from app.engine.loop.sampling import SamplingParams
-    from app.engine.loop.speculative import DecodeSettings, generate
+    from app.engine.loop.speculative import generate
+    from app.engine.settings import GenSettings
 
     main = load_model(resolve_model_arg(args.model))
     print(f"# {display_name(main.path, main.info.file_type)} on {main.plan.describe()}, prompt lookup drafting, greedy", file=sys.stderr)
     print(f"> {args.prompt}\n", file=sys.stderr)
-    settings = DecodeSettings(max_new_tokens=args.n_predict, sampling=SamplingParams(temperature=0.0))
+    settings = GenSettings(max_tokens=args.n_predict, temperature=0.0).decode_settings()
     ids = render_prompt(main.tokenizer, [{"role": "user", "content": args.prompt}])
     summary = stream(generate(main.kv_model(), main.tokenizer, ids, make_drafter(main, LOOKUP), settings), color=True)
     print_summary(summary, settings.draft_max)

@@ -80,7 +80,9 @@ def default_settings(args: argparse.Namespace):
     """The requests' defaults from the flags, checked (a NaN --temp is one line, before anything
     is bound or loaded, rather than a 500 on every request that leaves the field out)."""
     # settings_from_args wants n_predict >= 1; requests set their own.
-    return settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
+    settings = settings_from_args(argparse.Namespace(**{**vars(args), "n_predict": max(1, args.n_predict)}))
+    settings.decode_settings()  # checked now: a SpeculaError is the one line
+    return settings
 
 
 def load_served(args: argparse.Namespace, defaults):

@@ -2,7 +2,9 @@
 
 - prompts: the built-in prompts by category, the user's own text, prompt files (JSON lines or paragraphs)
 - choices: --drafts names -> DraftChoice (a file, a built-in model, a hub file), and the configurations
-- results: frozen data (CompareRequest, CompareRun, PromptResult ...), JSON save/load (atomic)
+- results: frozen data (CompareRequest, CompareRun, PromptResult holding the engine's RunSummary,
+  RunSettings holding its GenSettings ...), JSON save/load (atomic)
+- file_versions: older comparison files brought to today's shape on load
 - runner: the run itself (imports torch; the window reaches it through app.worker.compare_task)
 - summary: table rows, speedups, the verdict line, curves, deltas from an earlier run
 - export: the text table and CSV

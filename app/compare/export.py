@@ -18,11 +18,11 @@ CSV_COLUMNS = ("config", "category", "prompts", "tokens", "tokens_per_s", "speed
 def header_lines(run: CompareRun) -> list[str]:
     """What every figure of the table was measured with."""
     s = run.settings
-    mode = "greedy" if s.greedy else f"temperature {s.temperature:g}, seed {s.seed}"
+    mode = "greedy" if s.greedy else f"temperature {s.gen.temperature:g}, seed {s.gen.seed}"
     identity = ("identical = same tokens as none (a batch of drafts can round a near-tie between two "
                 "tokens otherwise)" if s.greedy else "identical is not expected when sampling")
     lines = [
-        f"# {run.main.name} on {run.main.plan or '?'}, {mode}, n={s.n_predict}"
+        f"# {run.main.name} on {run.main.plan or '?'}, {mode}, n={s.gen.max_tokens}"
         f"{' (EOS ignored)' if s.ignore_eos else ''}, {s.draft_length_text()}, "
         f"{len(run.prompts)} prompt(s), {run.created_text()}{', ' + run.machine if run.machine else ''}",
         "# tok/s = decoding speed after the first token; TTFT = time to first token (prompt pass); "

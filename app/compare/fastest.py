@@ -15,12 +15,12 @@ import shlex
 from dataclasses import dataclass
 
 from app.engine.drafting.kinds import SPEC_TYPE_OF  # the engine's n-gram kinds by llama.cpp's names
-from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, LOOKUP, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
+from app.compare.results import COMPARE_DEFAULTS, ENGINE_KINDS, LLAMA_SERVER, LOOKUP, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
 from app.compare.summary import ALL, Spread, table_rows, times, tps_spread
 
 MARGIN = 1.05  # a drafter must be this much faster than plain decoding to be chosen
 MIN_RUNS = 2  # one run has no spread: nothing tells its lead from the machine's noise
-DEFAULTS = RunSettings()  # `specula run`'s draft defaults are the same (app.cli.add_model_flags)
+DEFAULTS = COMPARE_DEFAULTS  # `specula run`'s draft defaults are the same (app.cli.add_model_flags)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def _doubt(run: CompareRun, config: str, speedup: float) -> str:
         return (f"{config} was {times(speedup)} in a single run; repeat the runs (at least {MIN_RUNS}) "
                 "to tell a lead from noise")
     engine = next((c.drafter for c in run.configs if c.name == config), None) in ENGINE_KINDS
-    if not engine and not any(r.n_accepted for r in run.results_of(config)):  # another engine's speed is its own
+    if not engine and not any(r.summary.n_accepted for r in run.results_of(config)):  # another engine's speed is its own
         return f"{config} had no draft accepted, so its {times(speedup)} is noise"
     if mine.overlaps(base):
         return f"{config}'s {mine.tps_text()} overlap plain decoding's {base.tps_text().split(' over ')[0]}"
@@ -103,7 +103,7 @@ def _fastest(run: CompareRun, config: ConfigSpec, speedup: float, why: str = "")
     s = run.settings
     draft_path = config.draft_path if config.drafter in (MODEL, LLAMA_SERVER) else None
     return Fastest(config.name, run.main.path, config.drafter, draft_path,
-                   config.draft_max, config.adaptive, s.draft_min, s.draft_p_min, speedup,
+                   config.draft_max, config.adaptive, s.gen.draft_min, s.gen.draft_p_min, speedup,
                    tps_spread(run, config.name), tps_spread(run, NONE), why, config.server_types, config.server_url)
 
 
@@ -144,12 +144,13 @@ def setting_flags(settings: RunSettings, dtype: str = "auto") -> list[str]:
     """The `specula run` flags of what every configuration of a run shared: the reply length, the
     sampling when it was not greedy (`run` is greedy by default too only with --temp 0), and the
     precision when it was forced."""
-    flags = ["-n", str(settings.n_predict)]
+    gen = settings.gen
+    flags = ["-n", str(gen.max_tokens)]
     if settings.greedy:
         flags += ["--temp", "0"]
     else:
-        flags += ["--temp", f"{settings.temperature:g}", "--top-k", str(settings.top_k), "--top-p",
-                  f"{settings.top_p:g}", "--min-p", f"{settings.min_p:g}", "--seed", str(settings.seed)]
+        flags += ["--temp", f"{gen.temperature:g}", "--top-k", str(gen.top_k), "--top-p",
+                  f"{gen.top_p:g}", "--min-p", f"{gen.min_p:g}", "--seed", str(gen.seed)]
     if dtype != "auto":
         flags += ["--dtype", dtype]
     return flags

@@ -14,14 +14,19 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app.compare.file_versions import upgrade
 from app.compare.prompts import Prompt
 from app.engine.atomic import write_atomic
-from app.engine.loop.events import StopReason, decode_rate
+from app.engine.loop.events import RunSummary, StopReason
 from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS  # noqa: F401 - the ceiling, also read from here
 from app.engine.errors import SpeculaError
+from app.engine.settings import GenSettings
 
 FORMAT = "specula-compare"
-VERSION = 1
+# 2: settings hold the engine's GenSettings ("gen"), results its RunSummary ("summary"); a version 1
+# file is converted on load (app.compare.file_versions).
+VERSION = 2
+SUPPORTED_VERSIONS = (1, VERSION)
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # drafter kinds
 # Beyond this process: llama-server started here with llama.cpp's own --spec-type list, or a
 # server at a URL (its model and speculation).
@@ -72,27 +77,26 @@ class ConfigSpec:
     server_url: str = ""
 
 
+# What every configuration of a run shares by default: greedy (outputs must then equal the
+# baseline's), one fixed seed, 64 tokens a reply. Its draft length is each configuration's own
+# (ConfigSpec.draft_max, adaptive).
+COMPARE_DEFAULTS = GenSettings(max_tokens=64, temperature=0.0, seed=0)
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The same for every configuration: that is what makes the rows comparable."""
 
-    n_predict: int = 64
-    temperature: float = 0.0  # greedy by default: outputs must then equal the baseline's
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = 0
+    gen: GenSettings = COMPARE_DEFAULTS  # reply length, sampling, draft min and p-min
     draft_sweep: tuple[int, ...] = ()  # fixed draft lengths; empty = adaptive, ceiling 16
-    draft_min: int = 0
-    draft_p_min: float = 0.75
-    ignore_eos: bool = False  # every reply runs to n_predict (llama-bench style)
+    ignore_eos: bool = False  # every reply runs to gen.max_tokens (llama-bench style)
     # Every configuration runs the prompt set this many times (llama-bench's -r): a winner must be
     # faster in every run than plain decoding in any, and one run cannot show that.
     repeats: int = 1
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return self.gen.temperature <= 0.0
 
     def draft_length_text(self) -> str:
         if self.draft_sweep:
@@ -136,33 +140,19 @@ class MainFacts:
 
 @dataclass(frozen=True)
 class PromptResult:
-    """One configuration on one prompt."""
+    """One configuration on one prompt: the engine's summary of the reply, and what Compare
+    measures around it."""
 
     config: str
     prompt_index: int
     category: str
-    n_prompt: int
-    n_predicted: int
-    decode_s: float  # after the first token
-    ttft_s: float
-    n_steps: int
-    n_drafted: int
-    n_accepted: int
-    accepted_by_position: tuple[int, ...]
-    drafted_by_position: tuple[int, ...]
-    stop_reason: str
-    tokens: tuple[int, ...]
-    text: str
+    summary: RunSummary  # tokens, text, stop reason, timings, draft counts (the engine's one record)
     # (tokens generated so far, seconds since the first token) after each step: tok/s over the reply
     timeline: tuple[tuple[int, float], ...]
     peak_rss_bytes: int | None = None  # the process's resident memory, sampled during the prompt
     peak_gpu_bytes: int | None = None  # torch's peak CUDA allocation, when on a CUDA GPU
     identical: bool | None = None  # tokens equal the baseline's; None for the baseline itself
     repeat: int = 0  # which run of the prompt set (RunSettings.repeats), from 0
-
-    @property
-    def decode_tps(self) -> float:
-        return decode_rate(self.n_predicted, self.decode_s, self.stop_reason == StopReason.EOS.value)
 
 
 @dataclass(frozen=True)
@@ -212,21 +202,26 @@ class CompareRun:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        for result in data["results"]:
+            result["summary"]["stop_reason"] = result["summary"]["stop_reason"].value
         return {"format": FORMAT, "version": VERSION, **data}
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "the file") -> CompareRun:
+        """A run from its JSON dict; an older version's file is brought to today's shape first
+        (app.compare.file_versions)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CompareFileError(f"{source} is not a Specula comparison")
-        if data.get("version") != VERSION:
+        if data.get("version") not in SUPPORTED_VERSIONS:
             raise CompareFileError(f"{source}: comparison format version {data.get('version')!r} is not supported")
         try:
+            data = upgrade(data)
             return cls(
                 main=_build(MainFacts, data["main"]),
-                settings=_build(RunSettings, data["settings"]),
+                settings=_run_settings(data["settings"]),
                 configs=tuple(_build(ConfigSpec, c) for c in data["configs"]),
                 prompts=tuple(_build(Prompt, p) for p in data["prompts"]),
-                results=tuple(_build(PromptResult, r) for r in data["results"]),
+                results=tuple(_prompt_result(r) for r in data["results"]),
                 errors=tuple(_build(ConfigError, e) for e in data.get("errors", [])),
                 status=str(data.get("status", COMPLETE)),
                 created=float(data.get("created", 0.0)),
@@ -235,6 +230,20 @@ class CompareRun:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CompareFileError(f"{source}: damaged comparison ({type(exc).__name__}: {exc})") from exc
+
+
+def _run_settings(data: Any) -> RunSettings:
+    settings = _build(RunSettings, data)
+    gen = data.get("gen")
+    if not isinstance(gen, dict):
+        raise TypeError("settings.gen must be an object")
+    return replace(settings, gen=GenSettings.from_dict(gen, base=COMPARE_DEFAULTS))
+
+
+def _prompt_result(data: Any) -> PromptResult:
+    result = _build(PromptResult, data)
+    summary = _build(RunSummary, result.summary)
+    return replace(result, summary=replace(summary, stop_reason=StopReason(summary.stop_reason)))
 
 
 def _build(cls, data: Any):

@@ -39,7 +39,7 @@ from app.engine.gguf.info import GGUFInfo
 from app.engine.loader import LoadedModel
 from app.engine.drafting.factory import make_drafter, open_cache
 from app.engine.pair_loader import Headers, PairSpec, check_spec, load_draft_for, load_main
-from app.engine.loop.speculative import DecodeSettings, generate, make_settings
+from app.engine.loop.speculative import DecodeSettings, generate
 from app.hub.display import display_name
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Runner:
     def _prompt_ids(self, main: LoadedModel, text: str, index: int) -> list[int]:
         ids = render_prompt(main.tokenizer, [{"role": "user", "content": text}])
         n_ctx = self._kv(main).n_ctx
-        if len(ids) + min(self.request.settings.n_predict, 16) >= n_ctx:
+        if len(ids) + min(self.request.settings.gen.max_tokens, 16) >= n_ctx:
             raise ContextFullError(f"prompt {index + 1} has {len(ids)} tokens: it does not fit the "
                                    f"context of {n_ctx} with a reply (shorten it or raise -c)")
         return ids
@@ -189,7 +189,7 @@ class Runner:
                 self._check_cancel()
                 self._progress(f"{config.name} · {self.request.prompts[index].category} "
                                f"({index + 1}/{len(ids)}{round_text})")
-                events = self._server_reply(main, session, config, prompt_ids, self.request.settings.n_predict)
+                events = self._server_reply(main, session, config, prompt_ids, self.request.settings.gen.max_tokens)
                 result = self._result(config, index, *self._consume(events), None, repeat)
                 self.run_state = self.run_state.with_result(result)
                 self._publish()
@@ -261,11 +261,7 @@ class Runner:
         same = _same_reply(config, tokens, summary.text, self.baseline.get(index), self.baseline_text.get(index))
         return PromptResult(
             config=config.name, prompt_index=index, category=self.request.prompts[index].category,
-            n_prompt=summary.n_prompt, n_predicted=summary.n_predicted, decode_s=summary.decode_s,
-            ttft_s=summary.ttft_s, n_steps=summary.n_steps, n_drafted=summary.n_drafted,
-            n_accepted=summary.n_accepted, accepted_by_position=summary.accepted_by_position,
-            drafted_by_position=summary.drafted_by_position, stop_reason=summary.stop_reason.value,
-            tokens=tokens, text=summary.text, timeline=tuple(timeline), peak_rss_bytes=peak_rss,
+            summary=replace(summary, tokens=tokens), timeline=tuple(timeline), peak_rss_bytes=peak_rss,
             identical=same if self.request.settings.greedy else None, repeat=repeat,
         )
 
@@ -290,14 +286,11 @@ class Runner:
 
     def _settings(self, main: LoadedModel, config: ConfigSpec) -> DecodeSettings:
         s = self.request.settings
-        settings = make_settings(  # the one factory the CLI, the window and the server use
-            max_new_tokens=s.n_predict, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-            seed=s.seed, draft_max=config.draft_max, draft_min=s.draft_min, draft_p_min=s.draft_p_min,
-            adaptive_draft=config.adaptive)
+        gen = replace(s.gen, draft_max=config.draft_max, adaptive_draft=config.adaptive)  # the row's length
         # A base model without a template stops where chat would (the next "User:" turn).
-        return replace(settings,
-                       stop_strings=() if s.ignore_eos or has_chat_template(main.tokenizer) else FALLBACK_STOPS,
-                       stop_token_ids=() if s.ignore_eos else None)
+        return gen.decode_settings(  # the one check the CLI, the window and the server use
+            stop_strings=() if s.ignore_eos or has_chat_template(main.tokenizer) else FALLBACK_STOPS,
+            stop_token_ids=() if s.ignore_eos else None)
 
     # --- reporting ----------------------------------------------------------------------------
 

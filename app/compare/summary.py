@@ -12,6 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, NONE, SERVER_URL, CompareRun, ConfigSpec, PromptResult
+from app.engine.loop.events import StopReason
 
 ALL = "all"  # the category of a configuration's overall row
 SPEED_WINDOW = 8  # tokens per window of the tokens/s-over-the-reply curve
@@ -40,14 +41,16 @@ class Row:
 
 
 def _speed(results: list[PromptResult]) -> float:
-    tokens = sum(max(r.n_predicted - 1 + int(r.stop_reason == "eos"), 0) for r in results)  # as decode_tps
-    seconds = sum(r.decode_s for r in results)
+    summaries = [r.summary for r in results]
+    tokens = sum(max(s.n_predicted - 1 + int(s.stop_reason == StopReason.EOS), 0) for s in summaries)  # as decode_tps
+    seconds = sum(s.decode_s for s in summaries)
     return tokens / seconds if seconds > 0 else 0.0
 
 
 def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tps: float | None) -> Row:
-    drafted = sum(r.n_drafted for r in results)
-    steps = sum(r.n_steps for r in results)
+    summaries = [r.summary for r in results]
+    drafted = sum(s.n_drafted for s in summaries)
+    steps = sum(s.n_steps for s in summaries)
     # llama-server's plain decoding drafts nothing by design; a server at a URL may not report it
     plain_server = config.drafter == LLAMA_SERVER and not config.server_types
     drafting = config.drafter != NONE and not plain_server and (config.drafter != SERVER_URL or drafted > 0)
@@ -58,12 +61,12 @@ def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tp
         config=config.name,
         category=category,
         n_prompts=len(results),
-        n_tokens=sum(r.n_predicted for r in results),
+        n_tokens=sum(s.n_predicted for s in summaries),
         tps=tps,
         speedup=tps / base_tps if base_tps else None,
-        accept_rate=(sum(r.n_accepted for r in results) / drafted if drafted else 0.0) if drafting else None,
-        mean_accepted=(sum(r.n_accepted for r in results) / steps if steps else 0.0) if drafting else None,
-        ttft_s=sum(r.ttft_s for r in results) / len(results),
+        accept_rate=(sum(s.n_accepted for s in summaries) / drafted if drafted else 0.0) if drafting else None,
+        mean_accepted=(sum(s.n_accepted for s in summaries) / steps if steps else 0.0) if drafting else None,
+        ttft_s=sum(s.ttft_s for s in summaries) / len(results),
         peak_rss_bytes=max(rss) if rss else None,
         n_identical=sum(identical) if (drafting or config.drafter in ENGINE_KINDS) and identical else None,
         drafter=config.drafter,
@@ -225,11 +228,11 @@ def speed_curve(results: list[PromptResult], window: int = SPEED_WINDOW) -> list
     """(token position in the reply, tokens/s over the last `window` tokens), pooled over the
     prompts that reached that position: the window's tokens over the time they took."""
     points = []
-    longest = max((r.n_predicted for r in results), default=0)
+    longest = max((r.summary.n_predicted for r in results), default=0)
     for position in range(1 + window, longest + 1):
         tokens = seconds = 0.0
         for r in results:
-            if r.n_predicted >= position and r.timeline:
+            if r.summary.n_predicted >= position and r.timeline:
                 start, end = _time_at(r.timeline, position - window), _time_at(r.timeline, position)
                 tokens += window
                 seconds += max(end - start, 0.0)
@@ -256,7 +259,7 @@ def acceptance_by_position(results: list[PromptResult]) -> list[float]:
     drafted: list[int] = []
     accepted: list[int] = []
     for r in results:
-        for i, (d, a) in enumerate(zip(r.drafted_by_position, r.accepted_by_position)):
+        for i, (d, a) in enumerate(zip(r.summary.drafted_by_position, r.summary.accepted_by_position)):
             if i == len(drafted):
                 drafted.append(0)
                 accepted.append(0)

@@ -8,7 +8,6 @@ kept the same way; each request gets a fresh drafter object around it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import threading
@@ -22,12 +21,14 @@ from app.engine.loop.events import GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
 from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
+from app.engine.settings import GenSettings
 from app.hub.display import display_name
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 
 log = logging.getLogger(__name__)
 
+GREEDY = GenSettings(temperature=0.0)  # a server made without defaults (tests) decodes greedily
 NORMALIZED_SHRINK = 3  # NFC composes at most 3 code points of 3 bytes into one of 3 (Hangul)
 
 
@@ -43,7 +44,7 @@ class ServedModel:
     kv: KVModel
     new_drafter: Callable[[], Drafter]
     drafter_name: str
-    defaults: DecodeSettings  # sampling and drafting from the command line; max_new_tokens unused
+    defaults: GenSettings  # sampling and drafting from the command line or the window; max_tokens unused
     default_max_tokens: int | None = None  # when a request sets none; None: up to the context
     names: frozenset[str] = frozenset()  # the names GET /v1/models/{id} knows it by (requests take any)
     title: str = ""  # the model's name as the window and `specula inspect` show it (hub.display_name)
@@ -54,7 +55,7 @@ class ServedModel:
         cls,
         loaded: LoadedModel,
         drafter: Drafter | None = None,
-        defaults: DecodeSettings = DecodeSettings(),
+        defaults: GenSettings = GREEDY,
         n_ctx: int | None = None,
         model_id: str | None = None,
         names: Sequence[str] = (),
@@ -166,11 +167,7 @@ class ServedModel:
                 f"{self.n_ctx} tokens; ask for at most {room}", "max_tokens")
         if max_tokens is None:
             max_tokens = min(room, self.default_max_tokens or room)
-        sampling = dataclasses.replace(self.defaults.sampling, **request.sampling)
-        return dataclasses.replace(
-            self.defaults, max_new_tokens=max_tokens, sampling=sampling,
-            stop_strings=tuple(request.stop) + tuple(format_stops),
-        )
+        return request.decode_settings(self.defaults, max_tokens, format_stops)
 
     # -- generation (called from the worker thread only) ----------------------------------------
 

@@ -9,11 +9,14 @@ a llama.cpp user expects the server's flags to decide.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.loop.speculative import DecodeSettings
+from app.engine.settings import GenSettings
 from app.server.errors import ApiError, bad_field
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -31,9 +34,18 @@ class GenerationRequest:
     stream: bool
     include_usage: bool  # stream_options.include_usage: an extra chunk with the usage
     stop: tuple[str, ...]
-    sampling: dict[str, Any] = field(default_factory=dict)  # only the fields the client set
+    # Only the fields the client set, by app.engine.settings.GenSettings' names (seed < 0: random).
+    sampling: dict[str, Any] = field(default_factory=dict)
     messages: tuple[dict[str, str], ...] | None = None
     prompt: str | tuple[int, ...] | None = None
+
+    def decode_settings(self, defaults: GenSettings, max_tokens: int,
+                        format_stops: tuple[str, ...] = ()) -> DecodeSettings:
+        """What to generate with: the client's fields over the server's defaults (its flags, or
+        the window's settings), through the engine's one check (the fields were range-checked
+        here already, so it refuses nothing a client sent)."""
+        wanted = dataclasses.replace(defaults, max_tokens=max_tokens, **self.sampling)
+        return wanted.decode_settings(stop_strings=tuple(self.stop) + tuple(format_stops))
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
@@ -125,7 +137,7 @@ def _sampling(data: dict[str, Any]) -> dict[str, Any]:
     chosen = {name: value for name, value in values.items() if value is not None}
     seed = _integer(data, "seed", None, MAX_SEED)
     if seed is not None:
-        chosen["seed"] = seed if seed >= 0 else None  # negative: random, as llama.cpp's -1
+        chosen["seed"] = seed  # negative: random, as llama.cpp's -1
     return chosen
 
 

@@ -15,7 +15,6 @@ one reply at a time, from one thread)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Iterator, Protocol
 
 from app.engine.loop.events import GenerationEvent
 from app.engine.loop.speculative import CancelCheck, DecodeSettings
+from app.engine.settings import GenSettings
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
 
@@ -76,7 +76,7 @@ class ServedServer:
     session: Any  # an open ServerSession on a running server
     model_id: str
     drafter_name: str
-    defaults: DecodeSettings
+    defaults: GenSettings  # sampling and drafting from the command line or the window; max_tokens unused
     n_ctx: int = 0  # 0: not known (OpenAI's API does not say)
     default_max_tokens: int | None = None
     title: str = ""
@@ -84,7 +84,7 @@ class ServedServer:
     names: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def create(cls, session: Any, defaults: DecodeSettings, drafter_name: str, model: Path | None = None,
+    def create(cls, session: Any, defaults: GenSettings, drafter_name: str, model: Path | None = None,
                model_id: str | None = None, default_max_tokens: int | None = None,
                engine_line: str | None = None) -> "ServedServer":
         """Around an open session; the model's id from `model_id`, the file, or what the server serves."""
@@ -151,9 +151,7 @@ class ServedServer:
         if max_tokens is None:
             cap = room if room is not None else UNKNOWN_CONTEXT_MAX_TOKENS
             max_tokens = min(cap, self.default_max_tokens or cap)
-        sampling = dataclasses.replace(self.defaults.sampling, **request.sampling)
-        return dataclasses.replace(self.defaults, max_new_tokens=max_tokens, sampling=sampling,
-                                   stop_strings=tuple(request.stop) + tuple(format_stops))
+        return request.decode_settings(self.defaults, max_tokens, format_stops)
 
     def generate(self, prompt: ServerPrompt, settings: DecodeSettings, cancel: CancelCheck) -> Iterator[GenerationEvent]:
         """The reply's events, as the server streams them (its timings and draft counts)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from app.hub.display import display_name
-from app.worker.requests import MODEL, NONE, GenSettings, PairChoice
+from app.worker.requests import MODEL, NONE, PairChoice
 
 log = logging.getLogger(__name__)
 
@@ -192,17 +192,6 @@ def weights_facts(model: Any) -> dict[str, Any]:
     plan = model.plan
     return {"path": str(model.path), "dtype": plan.dtype_name,
             "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0, "bytes": model.weights_bytes}
-
-
-def decode_settings(settings: GenSettings):
-    """GenSettings -> the engine's DecodeSettings, refusing values the engine cannot use."""
-    from app.engine.loop.speculative import make_settings
-
-    return make_settings(
-        max_new_tokens=settings.max_tokens, temperature=settings.temperature, top_k=settings.top_k,
-        top_p=settings.top_p, min_p=settings.min_p, seed=settings.seed, draft_max=settings.draft_max,
-        draft_min=settings.draft_min, draft_p_min=settings.draft_p_min, adaptive_draft=settings.adaptive_draft,
-    )
 
 
 def device_facts() -> dict[str, Any]:

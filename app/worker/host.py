@@ -177,14 +177,13 @@ class ModelHost(QObject):
         """The reply's events from the engine that runs the pair: Specula's own loop here, or a
         llama-server (app.worker.server_engine); the same StepEvents and DoneEvent either way."""
         from app.engine.loop.chat import ChatSession
-        from app.worker.engine_calls import decode_settings
         from app.worker.server_engine import ServerPair, reply_events
 
         if isinstance(pair, ServerPair):
             return reply_events(pair, request, cancel.is_set)
         session = ChatSession(pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages(),
                               plain=request.plain)
-        return session.reply(request.user_text, pair.drafter, decode_settings(request.settings), cancel.is_set)
+        return session.reply(request.user_text, pair.drafter, request.settings.decode_settings(), cancel.is_set)
 
     def release(self) -> None:
         """Drop the pair (stopping a llama-server it started); called once the thread has ended."""

@@ -1,15 +1,17 @@
 """What the window asks the model host for, as plain frozen data (no Qt, no torch).
 
 The UI builds these from its widgets and remembers them in QSettings and the history database
-(`to_dict` / `from_dict`), and the host turns them into engine calls on its own thread.
+(GenSettings' `to_dict` / `from_dict`: app.engine.settings), and the host turns them into engine
+calls on its own thread.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, kind_title
+from app.engine.backends import AUTO
+from app.engine.drafting.kinds import kind_title
+from app.engine.settings import GenSettings  # noqa: F401 - the window's settings are the engine's one shape
 
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
 NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats
@@ -39,7 +41,7 @@ class PairChoice:
     main_gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
     dtype: str = "auto"  # torch: weights once loaded: auto (float32 on the CPU, bf16/fp16 on a GPU), ...
-    backend: str = "auto"  # what runs the models: auto (llama.cpp where it runs here), llama.cpp, torch
+    backend: str = AUTO  # what runs the models (BACKEND_CHOICES): auto (llama.cpp where it runs here), llama.cpp, torch
     # The folder of the n-gram caches (one file per main vocabulary), beside the chat history;
     # None: an n-gram cache in memory only.
     ngram_dir: str | None = None
@@ -68,45 +70,6 @@ class PairChoice:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.drafter == MODEL and not self.draft_path:
             raise ValueError("a draft model was chosen but no draft file given")
-
-
-@dataclass(frozen=True)
-class GenSettings:
-    """Draft and sampling settings; defaults as the command line's (temperature 0.8 for chat)."""
-
-    max_tokens: int = 256
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = -1  # -1 = a random seed per reply
-    draft_max: int = DEFAULT_DRAFT_MAX
-    draft_min: int = 0
-    draft_p_min: float = 0.75
-    adaptive_draft: bool = True  # False: always draft up to draft_max (the CLI's --draft-fixed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> GenSettings:
-        """Known keys with values of the right type; anything else keeps its default, so an old
-        or hand-edited settings file never stops the app."""
-        if not data:
-            return cls()
-        values = {}
-        for f in fields(cls):
-            if f.name not in data:
-                continue
-            default, value = getattr(cls, f.name), data[f.name]
-            if isinstance(default, bool):  # an INI file may hand back "false"
-                values[f.name] = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-                continue
-            try:
-                values[f.name] = type(default)(value)
-            except (TypeError, ValueError):
-                continue
-        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -131,9 +131,8 @@ def reply_events(pair: ServerPair, request: ChatRequest, cancel: Cancel) -> Iter
     rendered by the server's own chat template (plain text for a base model)."""
     from app.engine.llama_server.client import ServerError
     from app.engine.loop.chat import plain_text
-    from app.worker.engine_calls import decode_settings
 
-    settings = decode_settings(request.settings)
+    settings = request.settings.decode_settings()
     head = [{"role": "system", "content": request.system_prompt}] if request.system_prompt else []
     messages = head + request.messages() + [{"role": "user", "content": request.user_text}]
     session = pair.session

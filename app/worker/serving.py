@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.engine.settings import GenSettings
 from app.worker.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)
@@ -23,17 +24,16 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8080
 
 
-def _start(pair: Any, settings: Any, port: int, api_key: str | None) -> Any:
+def _start(pair: Any, settings: GenSettings, port: int, api_key: str | None) -> Any:
     from app.server.model import ServedModel
-    from app.worker.engine_calls import decode_settings
     from app.worker.server_engine import ServerPair
 
+    settings.decode_settings()  # the window's settings are the requests' defaults: checked before serving
     if isinstance(pair, ServerPair):
-        served = served_on_server_pair(pair, decode_settings(settings))
-        return _serve(served, port, api_key)
+        return _serve(served_on_server_pair(pair, settings), port, api_key)
     # Fresh state and draft cache; the n-gram cache is shared: requests learn into it too.
     drafter = pair.new_drafter()
-    return _serve(ServedModel.create(pair.main, drafter, decode_settings(settings)), port, api_key)
+    return _serve(ServedModel.create(pair.main, drafter, settings), port, api_key)
 
 
 def _serve(served: Any, port: int, api_key: str | None) -> Any:
@@ -44,7 +44,7 @@ def _serve(served: Any, port: int, api_key: str | None) -> Any:
     return BackgroundServer(create_app(served, ServerConfig(api_key=api_key or None)), sock).start()
 
 
-def served_on_server_pair(pair: Any, defaults: Any) -> Any:
+def served_on_server_pair(pair: Any, defaults: GenSettings) -> Any:
     """The window's engine beyond this process as the server's model: a session of its own on
     the same llama-server (or URL, with the same key), so API requests never share the chat's."""
     from app.server.served_server import ServedServer, session_beside

@@ -7,7 +7,6 @@ model token for token; with sampling its distribution equals the main model's (s
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -16,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 
 
 from app.engine.loop.detok import IncrementalDetokenizer
-from app.engine.errors import ContextFullError, SpeculaError
+from app.engine.errors import ContextFullError
 from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.seam import DEFAULT_DRAFT_MAX, Draft, Drafter, KVModelLike as KVModel, NoDrafter, common_prefix_length, first_argmax
 from app.engine.loop.sampling import (
@@ -24,7 +23,6 @@ from app.engine.loop.sampling import (
     Generator,
     RowProbs,
     SamplingParams,
-    check_sampling,
     logits_to_probs,
     make_generator,
     sample,
@@ -36,8 +34,10 @@ from app.engine.loop.stops import StopMatcher
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """Defaults follow llama.cpp's speculative example (draft min 0, p-min 0.75); the draft max is
-    a ceiling of the adaptive length (DEFAULT_DRAFT_MAX), where llama.cpp's is a fixed length."""
+    """What one generation runs with. What a user sets becomes this through
+    app.engine.settings.GenSettings.decode_settings (checked there). Defaults follow llama.cpp's
+    speculative example (draft min 0, p-min 0.75); the draft max is a ceiling of the adaptive
+    length (DEFAULT_DRAFT_MAX), where llama.cpp's is a fixed length."""
 
     max_new_tokens: int = 256
     draft_max: int = DEFAULT_DRAFT_MAX
@@ -52,34 +52,6 @@ class DecodeSettings:
 
 
 CancelCheck = Callable[[], bool]
-
-
-def make_settings(
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    min_p: float,
-    seed: int,
-    draft_max: int,
-    draft_min: int,
-    draft_p_min: float,
-    adaptive_draft: bool = True,
-) -> DecodeSettings:
-    """DecodeSettings from the values a user sets (seed < 0: random), as the command line, the
-    window and the server take them; one-line errors for values the engine cannot use."""
-    if max_new_tokens < 1:
-        raise SpeculaError("the number of tokens to generate must be at least 1")
-    if draft_max < 1:
-        raise SpeculaError("draft max must be at least 1")
-    if not (math.isfinite(draft_p_min) and 0.0 <= draft_p_min <= 1.0):
-        raise SpeculaError(f"draft p-min must be a finite number between 0 and 1 (got {draft_p_min})")
-    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                              seed=None if seed < 0 else seed)
-    check_sampling(sampling)
-    return DecodeSettings(max_new_tokens=max_new_tokens, draft_max=draft_max, draft_min=draft_min,
-                          draft_p_min=draft_p_min, sampling=sampling, adaptive_draft=adaptive_draft)
 
 
 def _first_token(logits, sampling: SamplingParams, gen: Generator) -> int:

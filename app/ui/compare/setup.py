@@ -8,6 +8,7 @@ greyed with the reason); the draft length (adaptive, or a sweep of fixed lengths
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -19,8 +20,8 @@ from PySide6.QtWidgets import (
 
 from app.compare.choices import parse_lengths, server_choice, url_choice
 from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_prompts, own_prompt, read_prompt_file
-from app.compare.results import (DEFAULT_DRAFT_MAX, LLAMA_SERVER, LOOKUP, MODEL, NONE, CompareRequest, DraftChoice,
-                                 Progress, RunSettings)
+from app.compare.results import (COMPARE_DEFAULTS, DEFAULT_DRAFT_MAX, LLAMA_SERVER, LOOKUP, MODEL, NONE,
+                                 CompareRequest, DraftChoice, Progress, RunSettings)
 from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.programs import SERVER, find_program, missing_reason
@@ -299,7 +300,8 @@ class CompareSetup(QWidget):
                 drafts += (url_choice(check_url(self.server_url.text().strip())),)
             except ValueError as exc:
                 raise SpeculaError(f"server: {exc}") from None
-        settings = RunSettings(n_predict=self.n_predict.value(), draft_sweep=sweep, repeats=self.repeats.value())
+        settings = RunSettings(replace(COMPARE_DEFAULTS, max_tokens=self.n_predict.value()), draft_sweep=sweep,
+                               repeats=self.repeats.value())
         return CompareRequest(main.path, drafts, tuple(prompts), settings, dtype=self.precision.currentText())
 
     def _on_run(self) -> None:

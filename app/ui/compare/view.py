@@ -204,8 +204,8 @@ class CompareWindow(QMainWindow):
         s = run.settings
         state = "" if run.status == COMPLETE else f" · {run.status}: {len(run.results)}/{run.n_expected} results"
         self.facts_label.setText(
-            f"{self._main_title(run)} on {run.main.plan} · {'greedy' if s.greedy else f'temperature {s.temperature:g}'}"
-            f" · {s.n_predict} tokens per reply · {s.draft_length_text()} · {len(run.prompts)} prompt(s) · "
+            f"{self._main_title(run)} on {run.main.plan} · {'greedy' if s.greedy else f'temperature {s.gen.temperature:g}'}"
+            f" · {s.gen.max_tokens} tokens per reply · {s.draft_length_text()} · {len(run.prompts)} prompt(s) · "
             f"{run.created_text()}{state}"
         )
 

@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGraphicsOpacityEffect, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
+from app.engine.backends import TORCH
 from app.engine.gguf.info import GGUFInfo
 from app.hub.fit import memory_need
 from app.ui.common.format import format_bytes
@@ -81,7 +82,8 @@ class OffloadControl(QWidget):
         return self.slider.value() if self.has_gpu() else 0
 
     def set_backend(self, backend: str) -> None:
-        """"auto", "llama.cpp" or "torch": what the estimate before a load is made for."""
+        """One of app.engine.backends.BACKEND_CHOICES (auto, llama.cpp, torch): what the estimate
+        before a load is made for."""
         self._backend = backend
         self._update()
 
@@ -155,4 +157,4 @@ class OffloadControl(QWidget):
         if gpu_layers:
             return devices.get("gpu_dtype") or "bfloat16"
         cpu = devices.get("cpu_dtype") or "gguf"
-        return "float32" if self._backend == "torch" else cpu
+        return "float32" if self._backend == TORCH else cpu

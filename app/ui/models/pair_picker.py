@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.backends import AUTO, LLAMA_CPP, TORCH
 from app.engine.drafting.compat import DraftCheck, check_draft
 from app.engine.llama_server.keys import keys_path, read_key, save_key
 from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
@@ -540,8 +541,8 @@ def main_title(entry: LibraryEntry) -> str:
 
 # (label, PairChoice.backend) of the backend choice.
 PLAN_BEFORE_LOAD = "What runs the model, and why, shows here once it is loaded."
-BACKEND_LABELS = (("Backend: auto (llama.cpp where it runs)", "auto"), ("Backend: llama.cpp", "llama.cpp"),
-                  ("Backend: torch", "torch"))
+BACKEND_LABELS = (("Backend: auto (llama.cpp where it runs)", AUTO), ("Backend: llama.cpp", LLAMA_CPP),
+                  ("Backend: torch", TORCH))
 
 
 def main_facts_text(main: LibraryEntry | None) -> str:
@@ -557,7 +558,7 @@ def plan_text(facts: dict[str, Any]) -> str:
         return f"Runs on {facts['engine_line']}"
     plan = facts.get("main_plan") or "?"
     reason = facts.get("main_plan_reason")
-    if facts.get("backend") == "llama.cpp":  # the plan names the backend: say why it was chosen
+    if facts.get("backend") == LLAMA_CPP:  # the plan names the backend: say why it was chosen
         tps = facts.get("main_plain_tps")
         speed = f" · about {tps:.0f} tok/s without drafting" if tps else ""
         return f"Runs on {plan}{speed}" + (f" — {reason}" if reason and not reason.startswith("llama.cpp on") else "")
