@@ -171,3 +171,17 @@ def test_combined_takes_the_longest_match_lookup_first_on_a_tie():
     # Only a 2-gram in both: lookup's (the conversation at hand) wins.
     assert combined.propose([3, 4, 60, 9, 3, 4], 1).tokens == (60,)
     assert combined.propose([70, 71], 4).tokens == ()
+
+
+def test_the_cache_says_it_sees_nothing_where_it_knows_no_continuation():
+    """An empty cache, or a context unlike any learned, is False (so beside prompt lookup the
+    step counts as unsure, and drafts little on hope); a known continuation is None: a 2-4 token
+    match cannot tell a running copy from a chance one."""
+    cache = NgramCache()
+    drafter = NgramCacheDrafter(cache)
+    assert drafter.confident([5, 6, 7, 8]) is False
+    cache.learn([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    assert drafter.confident([40, 41, 42]) is False
+    assert drafter.confident([40, 2, 3, 4]) is None
+    combined = CombinedDrafter([PromptLookupDrafter(), drafter])
+    assert combined.confident([40, 41, 42, 43, 41, 42]) is False  # lookup: a 2-token match, no copy

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from app.engine.drafting.drafters import Draft, Drafter
-from app.engine.drafting.ngram_cache import NgramCache
+from app.engine.drafting.ngram_cache import N_MAX, NgramCache
 from app.engine.loop.sampling import SamplingParams
 
 
@@ -39,6 +39,13 @@ class NgramCacheDrafter(Drafter):
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         return Draft(self.match(context, max_tokens)[1])
+
+    def confident(self, context: Sequence[int]) -> bool | None:
+        """False where the cache knows no continuation of the context (nothing learned yet, or
+        a context unlike any before: a combination with prompt lookup then counts as unsure,
+        and drafts little on a hopeful prior); None where it knows one, since a 2-4 token match
+        cannot tell a running copy from a chance one."""
+        return None if self.cache.predict(context[-N_MAX:]) is not None else False
 
     def finish(self, context: Sequence[int]) -> None:
         self.cache.learn_new(context)

@@ -47,6 +47,8 @@ _GROWTH = 4  # after a step with every draft accepted, draft at least this many 
 _COPY_RATE = 0.9  # P(accepted) per position assumed where the drafter sees a copy running (the prior's hope)
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
 _SEEN_FACTOR = (0.8, 2.0)  # bounds of the measured curve's correction by the steps' own times
+_UNSURE_PRIOR = 0.6  # the most P(accepted) hoped for where the drafter sees no copy, until seen
+_WEAK_RATE = 0.5  # a position's own rate below which a run accepted whole does not outweigh it
 
 
 class DraftSchedule(Protocol):
@@ -228,6 +230,15 @@ class AdaptiveDraftLength:
                 best, best_per_token = k, min(per_token, best_per_token)
         return best
 
+    def _weak_position(self, start: int) -> int:
+        """The first position from `start` on where this reply's own recent evidence says
+        copies break (rate below _WEAK_RATE); draft_max where none does."""
+        rates = self.rates()
+        for i in range(start, self.draft_max):
+            if self.reached[i] >= _MIN_EVIDENCE and rates[i] < _WEAK_RATE:
+                return i
+        return self.draft_max
+
     def _depth_seen(self) -> int:
         """Leading draft positions with evidence of their own (reached recently enough)."""
         depth = 0
@@ -262,16 +273,22 @@ class AdaptiveDraftLength:
             # to _GROWTH times as far count as good as the last one accepted (stale rejections
             # there would otherwise hold the length down for many steps of a copied passage), and
             # the next step drafts more where that can pay (_grown_min), as many as the cost
-            # curve makes best.
+            # curve makes best. From a position where this reply's copies broke recently on, the
+            # evidence counts for half beside that hope, and no length is forced past it:
+            # SmolLM2's rewrite reply rewords every few words, and drafts forced to twice a run
+            # of 5 accepted 2 (0.99x of plain decoding on the curve; 1.05x so).
+            weak = self._weak_position(run)
             for i in range(run, min(_GROWTH * run, len(rates))):
-                rates[i] = max(rates[i], rates[run - 1])
-        k_min = self._grown_min(run, k_max) if run else 0
+                hope = rates[run - 1] if i < weak else (rates[i] + rates[run - 1]) / 2
+                rates[i] = max(rates[i], hope)
+        k_min = self._grown_min(run, min(k_max, weak)) if run else 0
         if k_min and sees_copy():
+            k_max_forced = min(k_max, weak)
             # The drafter sees the copy still running (a continuation it saw before, whole): a
             # run accepted whole is evidence for twice as far, where the curve makes that no
             # dearer per token (llama.cpp's ngram-mod drafts its whole chain at once; growing one
             # token a step took ten steps of a repeated 96-token reply to reach 13).
-            k_min = self._doubled_min(run, k_max, k_min)
+            k_min = self._doubled_min(run, k_max_forced, k_min)
         best = best_length_for(rates, self.relative_cost, k_max, k_min=k_min)
         self.last_choice = ("rates", rates)
         seen = self._depth_seen() + 1
@@ -328,7 +345,11 @@ class AdaptiveDraftLength:
         measured; 1.00x with this rate). Without such steps it is the rate of all steps."""
         accepted, reached = self._unsure
         weight = sum(_PRIOR_ALPHA)  # until such steps are seen, the first position's rate of all steps
-        return (accepted + weight * self.alpha) / (reached + weight)
+        # Hope is capped for such steps (_UNSURE_PRIOR): on SmolLM2 their first drafts were
+        # accepted 36% of the time over the bench's first requests (Gemma's 78%), and a first
+        # draft on the 0.9 of a fresh reply lost 0.66 of a step each time (0.96x of plain on its
+        # summary); where one token at 60% pays on the curve it is still drafted.
+        return (accepted + weight * min(self.alpha, _UNSURE_PRIOR)) / (reached + weight)
 
     def _probe_affordable(self, catch_up: Callable[[], float] | None) -> bool:
         """Whether a probe now, with what the drafter must first read, keeps probes within
