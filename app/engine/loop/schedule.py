@@ -120,6 +120,7 @@ class AdaptiveDraftLength:
         # acceptance rates it was chosen on: what a test checks the arithmetic of.
         self.last_choice: tuple[str, list[float]] = ("rates", [])
         self._cost_memo: dict[int, float] = {}
+        self._rates_memo: list[float] | None = None
         self._copy = [0.0, 0.0]  # decayed (accepted, reached) positions of drafts on a copy's hope
 
     def rates(self) -> list[float]:
@@ -127,14 +128,16 @@ class AdaptiveDraftLength:
         (half a token: 0.9 accepted) so that a reply starts with long drafts, as llama.cpp's fixed
         length does, and evidence shortens them. A position seldom reached borrows the rate of the
         one before it: after a run of full acceptances the next position is most likely as good."""
-        a, r = _PRIOR_ALPHA
-        rates: list[float] = []
-        for acc, reach in zip(self.accepted, self.reached):
-            if reach < _MIN_EVIDENCE and rates:
-                rates.append(rates[-1])
-            else:
-                rates.append((acc + a) / (reach + a + r))
-        return rates
+        if self._rates_memo is None:  # kept until the next update: a step reads them up to 3 times
+            a, r = _PRIOR_ALPHA
+            rates: list[float] = []
+            for acc, reach in zip(self.accepted, self.reached):
+                if reach < _MIN_EVIDENCE and rates:
+                    rates.append(rates[-1])
+                else:
+                    rates.append((acc + a) / (reach + a + r))
+            self._rates_memo = rates
+        return list(self._rates_memo)
 
     @property
     def alpha(self) -> float:
@@ -368,6 +371,7 @@ class AdaptiveDraftLength:
         asked = n_drafted if n_asked is None else n_asked
         verify_s = step_s - (draft_s or 0.0)
         self._cost_memo.clear()
+        self._rates_memo = None
         self.n_steps += 1
         self.n_drafting_steps += int(n_drafted > 1)  # a one-token probe is not drafting
         self.n_steps_drafted += int(n_drafted > 0)  # ... but its token was drafted and verified
