@@ -83,12 +83,15 @@ def test_flags_reach_the_drafter():
 
 
 @pytest.mark.demo
-def test_a_repeated_request_drafts_its_reply_and_both_equal_plain_decoding(demo_path):
+def _smollm2_chat_replies(demo_path, kinds: list[str]) -> list:
+    """SmolLM2's greedy replies to the bench's chat prompt (64 tokens at most): plain decoding's,
+    then for each kind a first request and the same request again (the drafter's fresh copy,
+    what it learned kept)."""
+    from app.cli.bench_common import PROMPTS, prompt_ids
     from app.engine.drafting.factory import make_drafter
     from app.engine.loader import load_model
     from app.engine.loop.events import DoneEvent
     from app.engine.loop.speculative import DecodeSettings, generate
-    from app.cli.bench_common import PROMPTS, prompt_ids
 
     main = load_model(demo_path("smollm2-135m"), backend="llama.cpp")
     ids = prompt_ids(main, PROMPTS["chat"])
@@ -98,10 +101,15 @@ def test_a_repeated_request_drafts_its_reply_and_both_equal_plain_decoding(demo_
         return next(e.summary for e in generate(main.kv_model(), main.tokenizer, ids, drafter, settings)
                     if isinstance(e, DoneEvent))
 
-    plain = reply(make_drafter(main, "none"))
-    drafter = make_drafter(main, "ngram-mod")
-    first = reply(drafter)
-    again = reply(drafter.fresh())
+    replies = [reply(make_drafter(main, "none"))]
+    for kind in kinds:
+        drafter = make_drafter(main, kind)
+        replies += [reply(drafter), reply(drafter.fresh())]
+    return replies
+
+
+def test_a_repeated_request_drafts_its_reply_and_both_equal_plain_decoding(demo_path):
+    plain, first, again = _smollm2_chat_replies(demo_path, ["ngram-mod"])
     assert first.tokens == plain.tokens == again.tokens
     assert again.n_accepted >= 0.8 * (again.n_predicted - 1), again
 
@@ -112,25 +120,11 @@ def test_the_default_drafter_learns_where_a_reply_ended_and_drafts_no_copy_it_ca
     cache said it could not tell, so the step did not count as unsure) and ran at 0.92x of plain
     decoding. Asked again, the learned reply drafted past its own end (17 drafts, all rejected,
     in its last step), since the end-of-generation token was never learned."""
-    from app.cli.bench_common import PROMPTS, prompt_ids
-    from app.engine.drafting.factory import make_drafter
-    from app.engine.loader import load_model
-    from app.engine.loop.events import DoneEvent, StopReason
-    from app.engine.loop.speculative import DecodeSettings, generate
+    from app.engine.loop.events import StopReason
     from app.worker.requests import DEFAULT_DRAFTER
 
-    main = load_model(demo_path("smollm2-135m"), backend="llama.cpp")
-    ids = prompt_ids(main, PROMPTS["chat"])
-    settings = DecodeSettings(max_new_tokens=64, sampling=GREEDY)
-
-    def reply(drafter):
-        return next(e.summary for e in generate(main.kv_model(), main.tokenizer, ids, drafter, settings)
-                    if isinstance(e, DoneEvent))
-
-    plain = reply(make_drafter(main, "none"))
+    plain, first, again = _smollm2_chat_replies(demo_path, [DEFAULT_DRAFTER])
     assert plain.stop_reason is StopReason.EOS
-    drafter = make_drafter(main, DEFAULT_DRAFTER)
-    first, again = reply(drafter), reply(drafter.fresh())
     assert first.tokens == plain.tokens == again.tokens
     assert first.n_drafted - first.n_accepted <= 1, first.drafted_by_position
     assert again.n_accepted == again.n_drafted >= 0.8 * (again.n_predicted - 1), again.drafted_by_position
