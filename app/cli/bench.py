@@ -322,8 +322,11 @@ def _prompt_rows(category: str, results: dict[tuple[str, str], list[_Run]], ids:
         rows.append(row)
     for (kind, name), done in results.items():
         if kind in ("hf", "llama.cpp", "llama-server"):
-            rows.append(_row(category, name, _median_run(done), kind, plain,
-                             _paired_speedups(kind, done, baseline), None, None))
+            run = _median_run(done)
+            row = _row(category, name, run, kind, plain, _paired_speedups(kind, done, baseline), None, None)
+            if not row.identical and judge is not None and kind != "hf":  # llama.cpp's own rows: the same model
+                row = dataclasses.replace(row, divergence=judge(ids, plain, list(run[0])))
+            rows.append(row)
     return rows
 
 

@@ -18,6 +18,10 @@ class Row(Protocol):
     config: str
     decode_tps: float | None
     tokens_per_s: float
+    identical: bool  # the reply equals our plain decoding's
+
+
+_OTHER_TEXT = "*"  # marks a cell's row whose reply parts from plain decoding: another text was timed
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class Verdict:
     ours_tps: float
     theirs: str
     theirs_tps: float
+    ours_same: bool = True  # the row's reply equals plain decoding's
+    theirs_same: bool = True
 
     @property
     def ratio(self) -> float:
@@ -68,7 +74,8 @@ def verdicts(rows: Sequence[Row]) -> list[Verdict]:
                 continue
             best_ours, best_theirs = max(ours, key=_rate), max(theirs, key=_rate)
             out.append(Verdict(prompt, phase, best_ours.config, _rate(best_ours),
-                               best_theirs.config[len(SERVER):], _rate(best_theirs)))
+                               best_theirs.config[len(SERVER):], _rate(best_theirs),
+                               best_ours.identical, best_theirs.identical))
     return out
 
 
@@ -77,7 +84,8 @@ def format_verdict(found: Sequence[Verdict]) -> str:
               f"{'tok/s':>7} {'ours/theirs':>11}")
     lines = ["decode tokens/s, ours best against llama-server's best (its own timings):", header, "-" * len(header)]
     for v in found:
-        lines.append(f"{v.prompt:<14} {v.phase:<7} {v.ours[:30]:<30} {v.ours_tps:>7.1f}  {v.theirs[:30]:<30} "
+        ours, theirs = _marked(v.ours, v.ours_same), _marked(v.theirs, v.theirs_same)
+        lines.append(f"{v.prompt:<14} {v.phase:<7} {ours:<30} {v.ours_tps:>7.1f}  {theirs:<30} "
                      f"{v.theirs_tps:>7.1f} {v.ratio:>10.2f}x")
     ratios = [v.ratio for v in found if math.isfinite(v.ratio) and v.ratio > 0]
     if ratios:
@@ -85,4 +93,13 @@ def format_verdict(found: Sequence[Verdict]) -> str:
         worst = min(found, key=lambda v: v.ratio)
         lines.append(f"geometric mean {geo:.2f}x over {len(ratios)} cells; worst {worst.ratio:.2f}x "
                      f"({worst.prompt}, {worst.phase} request)")
+    if any(not (v.ours_same and v.theirs_same) for v in found):
+        # llama-server's own plain decoding parts from ours at near-ties on Gemma's replies (its
+        # rows' batches round them otherwise): such a cell times two different replies.
+        lines.append(f"{_OTHER_TEXT}: that reply parts from plain decoding (the table above says where: "
+                     "tie@N at a near-tie), so the cell times a different text")
     return "\n".join(lines)
+
+
+def _marked(name: str, same: bool) -> str:
+    return name[:30] if same else name[:29] + _OTHER_TEXT

@@ -1,0 +1,36 @@
+"""`specula bench`'s verdict table: a cell whose fastest reply parts from plain decoding says so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.cli.bench_verdict import format_verdict, verdicts
+
+
+@dataclass(frozen=True)
+class _Row:
+    prompt: str
+    config: str
+    decode_tps: float | None
+    tokens_per_s: float
+    identical: bool = True
+
+
+def test_a_cell_that_times_another_reply_is_marked_and_said_once():
+    """Gemma's rewrite: llama-server's own plain decoding parts from ours at a near-tie, so its
+    fastest row there timed another text than ours; the cell is marked, the reason said below."""
+    rows = [_Row("rewrite", "none", 51.0, 46.0), _Row("rewrite", "lookup", 77.8, 66.0),
+            _Row("rewrite", "server none", 49.4, 44.5, identical=False),
+            _Row("rewrite", "server ngram-mod", 83.8, 70.0, identical=False),
+            _Row("chat", "lookup", 122.0, 110.0), _Row("chat", "server ngram-mod", 79.3, 70.0)]
+    table = format_verdict(verdicts(rows)).splitlines()
+    rewrite = next(line for line in table if line.startswith("rewrite        first"))
+    chat = next(line for line in table if line.startswith("chat           first"))
+    assert "ngram-mod*" in rewrite and "lookup " in rewrite and "*" not in chat
+    assert sum("*" in line for line in table) == 3  # two cells (first, again) and the one footnote
+    assert table[-1].startswith("*: that reply parts from plain decoding")
+
+
+def test_a_table_where_every_reply_is_plain_decodings_has_no_footnote():
+    rows = [_Row("chat", "lookup", 122.0, 110.0), _Row("chat", "server ngram-mod", 79.3, 70.0)]
+    assert "*" not in format_verdict(verdicts(rows))
