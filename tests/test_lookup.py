@@ -62,8 +62,12 @@ def test_combined_confidence_needs_one_confident_matcher_or_every_one_saying_no(
 
     copying, chatting = SOURCE + [5] + SOURCE[:10], SOURCE + [5] + SOURCE[:2]
     assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(copying) is True
-    # The n-gram cache cannot tell; a draft model behind the matchers drafts where they do not.
-    assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(chatting) is None
+    # An empty n-gram cache knows no continuation (False); one that knows a 2-4 token one cannot
+    # tell a copy from a chance (None); a draft model behind the matchers drafts where they do not.
+    assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(NgramCache("k"))]).confident(chatting) is False
+    learned = NgramCache("k")
+    learned.learn(chatting[-3:] + [99])
+    assert CombinedDrafter([PromptLookupDrafter(), NgramCacheDrafter(learned)]).confident(chatting) is None
     assert CombinedDrafter([PromptLookupDrafter()], Drafter()).confident(chatting) is None
     assert CombinedDrafter([PromptLookupDrafter(), PromptLookupDrafter(2, 2)]).confident(chatting) is False
 
