@@ -541,3 +541,18 @@ def test_where_the_drafter_sees_no_copy_nothing_is_drafted_on_hope_alone_where_a
     assert cheap.length(200, confident=lambda: False) == 1
     hits = _after([(1, 1)] * 3, lambda: False)  # evidence of its own: such drafts pay here
     assert hits.length(200, confident=lambda: False) >= 1
+
+
+def test_the_note_says_drafting_paid_where_its_steps_yielded_more_than_their_time():
+    """The window's self-test reply (SmolLM2, prompt lookup on a code rewrite) drafted 36 tokens
+    in 4 of 26 steps, 61% accepted, 5.5 a step, and its note said it "drafted only to probe, since
+    at the acceptance seen drafting would not pay": true of 61% at every position alike, not of
+    runs accepted whole. The note now weighs the drafting steps' tokens against their price."""
+    schedule = AdaptiveDraftLength(64, _llamacpp_cost)
+    for k, accepted in [(4, 4), (8, 8), (16, 8), (8, 2)]:
+        schedule.update(k, accepted, _llamacpp_cost(k + 1), n_asked=k, draft_s=0.0001)
+    for _ in range(22):
+        schedule.update(0, 0, _llamacpp_cost(1), n_asked=0)
+    note = schedule.declined_note()
+    assert note.startswith("drafted in 4 of 26 steps (61% of 36 drafted tokens were accepted)"), note
+    assert note.endswith("where acceptance made that pay"), note
