@@ -112,7 +112,7 @@ class AdaptiveDraftLength:
         self._all_accepted = 0  # drafts of the last step when all were accepted, else 0
         self.n_steps = self.n_drafting_steps = self.n_steps_drafted = self.n_empty_asks = 0
         self._seen_drafted = self._seen_accepted = 0
-        self._drafted_yield, self._drafted_cost = 0, 0.0  # tokens and relative cost of the drafting steps
+        self._drafted_cost = 0.0  # the drafting steps' price, relative to plain steps, as chosen
         # Decayed (accepted, reached) of the first draft position in steps where the drafter saw
         # no copy running, and whether the step now verified was one: its own rate (_unsure_rate).
         self._unsure = [0.0, 0.0]
@@ -272,6 +272,7 @@ class AdaptiveDraftLength:
             # Every draft was accepted, but the drafter sees no copy running (prompt lookup on a
             # match of a token or two): a chance hit, not the start of a run to draft far into.
             run = 0
+        k_min = 0
         if run:
             # Acceptance comes in runs: after a step with every draft accepted, the positions up
             # to _GROWTH times as far count as good as the last one accepted (stale rejections
@@ -285,14 +286,14 @@ class AdaptiveDraftLength:
             for i in range(run, min(_GROWTH * run, len(rates))):
                 hope = rates[run - 1] if i < weak else (rates[i] + rates[run - 1]) / 2
                 rates[i] = max(rates[i], hope)
-        k_min = self._grown_min(run, min(k_max, weak)) if run else 0
-        if k_min and sees_copy():
-            k_max_forced = min(k_max, weak)
-            # The drafter sees the copy still running (a continuation it saw before, whole): a
-            # run accepted whole is evidence for twice as far, where the curve makes that no
-            # dearer per token (llama.cpp's ngram-mod drafts its whole chain at once; growing one
-            # token a step took ten steps of a repeated 96-token reply to reach 13).
-            k_min = self._doubled_min(run, k_max_forced, k_min)
+            k_forced = min(k_max, weak)  # the longest length a run may force
+            k_min = self._grown_min(run, k_forced)
+            if k_min and sees_copy():
+                # The drafter sees the copy still running (a continuation it saw before, whole): a
+                # run accepted whole is evidence for twice as far, where the curve makes that no
+                # dearer per token (llama.cpp's ngram-mod drafts its whole chain at once; growing
+                # one token a step took ten steps of a repeated 96-token reply to reach 13).
+                k_min = self._doubled_min(run, k_forced, k_min)
         best = best_length_for(rates, self.relative_cost, k_max, k_min=k_min)
         self.last_choice = ("rates", rates)
         seen = self._depth_seen() + 1
@@ -371,8 +372,7 @@ class AdaptiveDraftLength:
                draft_s: float | None = None) -> None:
         asked = n_drafted if n_asked is None else n_asked
         verify_s = step_s - (draft_s or 0.0)
-        if n_drafted:  # what the drafting steps yielded against what they cost, as priced when chosen
-            self._drafted_yield += n_accepted + 1
+        if n_drafted:  # priced before the memo clears: as the step was chosen
             self._drafted_cost += self.relative_cost(n_drafted)
         self._cost_memo.clear()
         self._rates_memo = None
@@ -446,7 +446,8 @@ class AdaptiveDraftLength:
         time, on the curve they were priced by. Acceptance comes in runs, so the rate of all
         drafted tokens says too little: the window's self-test reply drafted 36 tokens in 4 steps,
         61% accepted (5.5 a step, paying), and the note said that at 61% drafting would not pay."""
-        return self._drafted_cost > 0 and self._drafted_yield >= self._drafted_cost
+        drafted_yield = self._seen_accepted + self.n_steps_drafted  # each drafting step's accepted and its own token
+        return self._drafted_cost > 0 and drafted_yield >= self._drafted_cost
 
 
 def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,
