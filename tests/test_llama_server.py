@@ -15,13 +15,14 @@ from app.engine.llama_server.client import ServerClient, ServerError, parse_comp
 from app.engine.llama_server.process import LlamaServer, ServerStartError
 from app.engine.llama_server.programs import SERVER, find_program
 
-GOOD = {"tokens": [5, 6], "content": "hi", "timings": {"prompt_n": 3, "prompt_ms": 1.5, "predicted_n": 2,
-                                                        "predicted_ms": 20.0, "draft_n": 4, "draft_n_accepted": 3}}
+GOOD = {"tokens": [5, 6, 7], "content": "hi", "timings": {"prompt_n": 3, "prompt_ms": 1.5, "predicted_n": 3,
+                                                           "predicted_ms": 20.0, "draft_n": 4, "draft_n_accepted": 3}}
 
 
 def test_a_good_answer_is_read_with_its_timings():
     reply = parse_completion(GOOD)
-    assert reply.tokens == (5, 6) and reply.text == "hi"
+    assert reply.tokens == (5, 6, 7) and reply.text == "hi"
+    # 3 tokens, the first from the prompt's logits: 2 decode steps in 20 ms, as llama-server counts
     assert reply.decode_tps == pytest.approx(100.0) and reply.accept_rate == pytest.approx(0.75)
 
 
@@ -110,7 +111,12 @@ def test_llama_server_answers_greedy_on_loopback_and_stops_with_its_block(tiny_p
         assert server.url.startswith("http://127.0.0.1:")
         first = server.client.complete([1, 5, 9, 12], 6)
         again = server.client.complete([1, 5, 9, 12], 6)
+        raw = server.client._request("POST", "/completion", {"prompt": [1, 5, 9, 12], "n_predict": 6,
+                                                              "temperature": 0.0, "ignore_eos": True}, 60)
         process = server._process
+    # The bench's rate for llama-server is the one it reports itself, not one step more per reply
+    timings = raw["timings"]
+    assert parse_completion(raw).decode_tps == pytest.approx(timings["predicted_per_second"], rel=1e-6)
     assert first.tokens == again.tokens and 1 <= len(first.tokens) <= 6
     assert first.predicted_n == len(first.tokens) and first.prompt_n == 4
     assert process.poll() is not None  # stopped with the block

@@ -48,17 +48,19 @@ class LlamaCppPeer:
         # last call left in the cache, so a prompt run just before (the warm-up's) cost nothing.
         llm.reset()
         started = time.monotonic()
-        first = None
+        first, ended_at_stop = None, False
         for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
             if first is None:
                 first = time.monotonic()
             if token in stop:
+                ended_at_stop = True  # its step is timed: counted, as decode_rate counts ours
                 break
             tokens.append(int(token))
             if len(tokens) >= n:
                 break
         ended = time.monotonic()
-        decode_tps = (len(tokens) - 1) / (ended - first) if first is not None and len(tokens) > 1 and ended > first else None
+        steps = len(tokens) - 1 + int(ended_at_stop)
+        decode_tps = steps / (ended - first) if first is not None and steps > 0 and ended > first else None
         return tokens, ended - started, decode_tps
 
     def warm_up(self, ids: list[int]) -> None:

@@ -39,8 +39,11 @@ class ServerReply:
 
     @property
     def decode_tps(self) -> float | None:
-        """llama-server's predicted_per_second: generated tokens over the time after the prompt."""
-        return self.predicted_n / self.predicted_ms * 1000.0 if self.predicted_ms > 0 else None
+        """llama-server's own predicted_per_second (server_slot_stats::n_gen_tps): its decode steps
+        (every generated token but the first, which the prompt's logits gave, the EOS step counted)
+        over the time from the first token to the last, as our decode_rate counts ours."""
+        steps = self.predicted_n - 1
+        return steps / self.predicted_ms * 1000.0 if steps > 0 and self.predicted_ms > 0 else None
 
     @property
     def accept_rate(self) -> float | None:
