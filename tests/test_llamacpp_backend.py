@@ -64,6 +64,24 @@ def test_rows_read_in_place_match_their_copies(llama_loaded):
         assert np.array_equal(rows.row(i), copied[i])
 
 
+def test_rows_read_in_place_follow_the_buffer_as_llama_cpp_grows_it(llama_loaded):
+    """The in-place views are kept by the buffer's address and row count: reading rows after a
+    decode that needed more logits than any before (llama.cpp moves its buffer) reads the new
+    buffer, and a count read before reads this decode's rows, not the last one's."""
+    loaded = llama_loaded("llama-q8")
+    ids = list(range(10, 40))
+    kv = loaded.kv_model()
+    one = kv.feed_rows(ids[:10], 1).row(0)
+    two = kv.feed_rows(ids[10:12], 2).row(1)
+    many = kv.feed_rows(ids[12:], 18).all()  # more rows than the buffer held
+    last = kv.feed_rows([5], 1).row(0)
+    fresh = loaded.kv_model()
+    assert np.array_equal(fresh.feed(ids[:10], 1)[0], one)
+    assert np.array_equal(fresh.feed(ids[10:12], 2)[1], two)
+    assert np.array_equal(fresh.feed(ids[12:], 18), many)
+    assert np.array_equal(fresh.feed([5], 1)[0], last)
+
+
 def test_sync_reuses_the_common_prefix(llama_loaded):
     loaded = llama_loaded("llama-q8")
     kv = loaded.kv_model()
