@@ -204,7 +204,7 @@ def _server_peer(main: LoadedModel, args: argparse.Namespace):
         return None
     draft = pair_spec(args).draft_path
     peer = bench_server.LlamaServerPeer(main.path, main.plan.threads, 4096, draft=draft, extra_args=args.server_arg,
-                                        stop_ids=_stop_ids(main))
+                                        stop_ids=_stop_ids(main), swa_full=not args.server_swa_window)
     try:
         peer.check(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_server.ERRORS as exc:

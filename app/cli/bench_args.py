@@ -25,6 +25,7 @@ def register(sub) -> None:
     bench.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows (shown when llama-cpp-python is installed)")
     bench.add_argument("--no-server", action="store_true", help="skip llama-server's rows (llama.cpp's own speculation, every n-gram type; shown when llama-server is built here)")
     bench.add_argument("--server-arg", action="append", default=[], metavar="ARG", help="an extra flag for every llama-server row (repeat for several, e.g. --server-arg=--spec-draft-n-max --server-arg=16)")
+    bench.add_argument("--server-swa-window", action="store_true", help="run llama-server with its default window-sized cache for sliding-window layers instead of --swa-full, which our engine uses (Gemma 3's texts then differ at near-ties)")
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
     bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     bench.set_defaults(func=_run_bench)
