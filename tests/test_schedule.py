@@ -556,3 +556,23 @@ def test_the_note_says_drafting_paid_where_its_steps_yielded_more_than_their_tim
     note = schedule.declined_note()
     assert note.startswith("drafted in 4 of 26 steps (61% of 36 drafted tokens were accepted)"), note
     assert note.endswith("where acceptance made that pay"), note
+
+
+@pytest.mark.parametrize("curve", [CostCurve((0.010, 0.016, 0.024, 0.040, 0.070, 0.075)), None])
+def test_steps_that_ask_for_nothing_keep_the_prices_and_rates_a_fresh_reckoning_gives(curve):
+    """Idle steps keep the memos of prices and rates (a reply where nothing copies would price
+    every length again each step): they must equal what a fresh reckoning gives after any mix of
+    drafting and idle steps, with a measured curve (kept) and without one (the fitted line moves)."""
+    rng = random.Random(3)
+    schedule = AdaptiveDraftLength(16, curve.cost if curve else None)
+    for step in range(60):
+        schedule.length(50, confident=lambda: rng.random() < 0.3)
+        k = rng.choice([0, 0, 0, 1, 4, 9])
+        schedule.update(k, rng.randint(0, k), 0.010 + 0.002 * k + 0.001 * rng.random(),
+                        n_asked=k if k or rng.random() < 0.5 else 1, draft_s=0.0002 * k)
+        memo_costs = [schedule.relative_cost(n) for n in range(17)]
+        memo_rates = schedule.rates()
+        schedule._cost_memo.clear()
+        schedule._rates_memo = None
+        assert [schedule.relative_cost(n) for n in range(17)] == memo_costs, step
+        assert schedule.rates() == memo_rates, step
