@@ -111,8 +111,8 @@ def test_llama_server_answers_greedy_on_loopback_and_stops_with_its_block(tiny_p
         assert server.url.startswith("http://127.0.0.1:")
         first = server.client.complete([1, 5, 9, 12], 6)
         again = server.client.complete([1, 5, 9, 12], 6)
-        raw = server.client._request("POST", "/completion", {"prompt": [1, 5, 9, 12], "n_predict": 6,
-                                                              "temperature": 0.0, "ignore_eos": True}, 60)
+        raw = server.client.http.post_json("/completion", {"prompt": [1, 5, 9, 12], "n_predict": 6,
+                                                            "temperature": 0.0, "ignore_eos": True}, 60)
         process = server._process
     # The bench's rate for llama-server is the one it reports itself, not one step more per reply
     timings = raw["timings"]

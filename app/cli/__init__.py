@@ -94,6 +94,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specula: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (`specula ... | head`): stop quietly, as other tools do. Python
+    would flush stdout again at exit and print a traceback: point it at devnull first."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind stdout
+        pass
+    return 141  # 128 + SIGPIPE, as a shell reports a writer killed by the signal
 
 
 def open_window(self_test: str | None = None) -> int:

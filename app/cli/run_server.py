@@ -41,19 +41,27 @@ def add_server_flags(parser: argparse.ArgumentParser, key_flag: str = "--api-key
                              "answers /props as llama-server, else OpenAI's)")
     parser.add_argument(key_flag, dest="server_key_file", metavar="FILE", default=None,
                         help="with --server: a file holding its API key (read, never printed or logged)")
+    parser.set_defaults(server_key_flag=key_flag)  # named in a key file's one-line errors
 
 
-def read_api_key(path: str | None) -> str | None:
-    """The key in `path` (its first line), one line (exit 2) where it cannot be read."""
+MAX_KEY_FILE_BYTES = 64 * 1024  # a key is a line; a larger file is not a key file
+
+
+def read_api_key(path: str | None, flag: str = "--api-key-file") -> str | None:
+    """The key in `path` (its first line), one line (exit 2) where it cannot be read: not a
+    regular file (a folder, a FIFO, a device), too large, or not UTF-8."""
+    from app.engine.atomic import read_capped
+
     if not path:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--api-key-file: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        text = read_capped(path, MAX_KEY_FILE_BYTES, what="a key file").decode("utf-8")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else getattr(exc, "strerror", None) or exc
+        raise UsageError(f"{flag}: cannot read {path}: {why}") from None
     key = text.strip().splitlines()[0].strip() if text.strip() else ""
     if not key or any(not c.isprintable() or c.isspace() for c in key):
-        raise UsageError(f"--api-key-file: {path} holds no key on its first line")
+        raise UsageError(f"{flag}: {path} holds no key on its first line")
     return key
 
 
@@ -110,7 +118,8 @@ def server_engine(args: argparse.Namespace) -> "ServerEngine":
     from app.engine.llama_server.session import ServerEngine
 
     if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
-        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.server_key_file),
+        return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.server_key_file,
+                                                                                    args.server_key_flag),
                             api=getattr(args, "server_api", "auto"), model_name=args.model)
     types = tuple(t for t in (args.spec_type or ()) if t != "none") + (("ngram-simple",) if args.lookup else ())
     defaults = argparse.ArgumentParser()

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from app.cli.flags import add_model_flags, add_sampling_flags
 from app.cli.run import load_cli_pair, save_learned, settings_from_args
-from app.cli.run_server import LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of
+from app.cli.run_server import (LLAMA_SERVER, UsageError, add_engine_flag, add_rpc_flag, add_server_flags, engine_of,
+                                read_api_key)
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import BUILTIN_MODELS
 
@@ -48,8 +48,11 @@ def register(sub) -> None:
 
 def api_key_from_args(args: argparse.Namespace) -> str | None:
     key = args.api_key
-    if args.api_key_file:
-        key = Path(args.api_key_file).read_text(encoding="utf-8").strip()  # the file's newline
+    if args.api_key_file:  # its first line, as run reads a key file
+        try:
+            key = read_api_key(args.api_key_file)
+        except UsageError as exc:
+            raise SystemExit(f"specula: error: {exc}") from None
     if key is not None and not key.strip():
         raise SystemExit("specula: error: the API key is empty")
     if key is not None and key != key.strip():
@@ -58,13 +61,15 @@ def api_key_from_args(args: argparse.Namespace) -> str | None:
     return key
 
 
-def cors_origins_from_args(args: argparse.Namespace) -> tuple[str, ...]:
-    from app.server.origin import parse_allowed_origins
+def cors_origins_from_args(args: argparse.Namespace, api_key: str | None) -> tuple[str, ...]:
+    from app.server.origin import check_any_origin_has_key, parse_allowed_origins
 
     try:
-        return parse_allowed_origins(args.cors_origin)
+        origins = parse_allowed_origins(args.cors_origin)
+        check_any_origin_has_key(origins, api_key)
     except ValueError as exc:
         raise SystemExit(f"specula: error: {exc}") from None
+    return origins
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -132,7 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spec_choice(args)  # conflicting drafting flags: one line before the port is bound
     defaults = default_settings(args)
     api_key = api_key_from_args(args)
-    origins = cors_origins_from_args(args)
+    origins = cors_origins_from_args(args, api_key)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
     pair = session = None

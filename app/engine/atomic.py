@@ -6,11 +6,16 @@ writers clobber each other; `tempfile.mkstemp` in the target's folder creates a 
 O_EXCL (never following a link) and mode 0600, and the rename then replaces the target itself,
 never a file a link points to. No dependencies, so the CLI, the hub, the window and the
 desktop installer all share it.
+
+And read a small file a user names (a key file, a cache) without trusting what it is: a FIFO
+must not hang the open, a device such as /dev/zero must not be read for ever, nor a 1 GB file
+read whole.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -40,6 +45,26 @@ def write_atomic(target: str | os.PathLike[str], data: bytes, mode: int = PRIVAT
         staging.unlink(missing_ok=True)
         raise
     return target
+
+
+def read_capped(path: str | os.PathLike[str], cap: int, first: int | None = None, what: str = "the file") -> bytes:
+    """The file's bytes (its `first` bytes only, where given): ValueError for what is not a
+    regular file (opened O_NONBLOCK: a FIFO does not block) or is larger than `cap`; OSError
+    where it cannot be opened (missing, a folder on some systems, no permission)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if first is not None:
+            return handle.read(first)
+        if info.st_size > cap:
+            raise ValueError(f"{info.st_size} bytes, more than {what} can be ({cap})")
+        data = handle.read(cap + 1)  # the file may have grown since fstat
+    if len(data) > cap:
+        raise ValueError(f"more than {cap} bytes, more than {what} can be")
+    return data
 
 
 def read_json_object(path: str | os.PathLike[str]) -> dict:

@@ -41,7 +41,7 @@ from app.engine.loop.events import DoneEvent, RunSummary, StepEvent
 from app.server.errors import AUTHENTICATION, ApiError, error_body, internal_error, not_found
 from app.server.served_server import Served
 from app.server.openai_format import Reply, sse
-from app.server.origin import OriginPolicy, is_loopback_name
+from app.server.origin import OriginPolicy, check_any_origin_has_key, is_loopback_name
 from app.server.params import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.server.worker import Job, ModelWorker
 
@@ -73,7 +73,9 @@ def api_key_bytes(key: str | None) -> bytes | None:
 
 
 def create_app(served: Served, config: ServerConfig = ServerConfig()) -> Starlette:
-    """The ASGI app; its worker thread starts now and stops with the app's lifespan."""
+    """The ASGI app; its worker thread starts now and stops with the app's lifespan. ValueError
+    for a config that would serve every web page without a key."""
+    check_any_origin_has_key(config.cors_origins, config.api_key)
     worker = ModelWorker(served, config.max_waiting)
     api = Api(served, worker, config)
 

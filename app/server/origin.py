@@ -70,6 +70,15 @@ def parse_allowed_origins(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(allowed))
 
 
+def check_any_origin_has_key(origins: Iterable[str], api_key: str | None) -> None:
+    """ValueError (one line) for * without a key: any web page the user visits could then read
+    the server's replies and spend its compute."""
+    if ANY in origins and not api_key:
+        raise ValueError("--cors-origin * lets every web page you visit use this server: it needs an API key "
+                         "(--api-key or --api-key-file); or name the origins that may (--cors-origin "
+                         "http://localhost:3000)")
+
+
 class OriginPolicy:
     def __init__(self, allowed: Iterable[str] = ()) -> None:
         self.allowed = frozenset(parse_allowed_origins(allowed))

@@ -99,7 +99,7 @@ def _check_url(session) -> None:
         return
     client = session.open()
     if not client.healthy(timeout_s=10.0):
-        raise ServerError(f"{client.base_url} is still loading its model: try Load again in a moment")
+        raise ServerError(f"{client.shown_url} is still loading its model: try Load again in a moment")
     client.tokenize("hi")
 
 

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
-from app.engine.atomic import private_dir, write_atomic
+from app.engine.atomic import read_capped, private_dir, write_atomic
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class NgramCache:
         path = Path(path)
         limits = _Limits.of(max_keys)
         try:
-            data = _read_capped(path, limits.file_bytes)
+            data = read_capped(path, limits.file_bytes, what="a cache file")
         except FileNotFoundError:
             return cache
         except (OSError, ValueError) as exc:
@@ -234,14 +234,23 @@ class NgramCache:
 
 def not_a_cache_file(path: str | Path) -> str | None:
     """Why `path` cannot be a cache file (it exists and is not a regular file: a folder, a
-    device, a FIFO), or None. Saving over such a path would replace it."""
+    device, a FIFO; or it holds something else than a cache), or None. Saving over such a
+    path would replace what Specula did not write."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         return str(exc)
-    return None if stat.S_ISREG(mode) else f"{path} is not a regular file"
+    if not stat.S_ISREG(mode):
+        return f"{path} is not a regular file"
+    try:
+        head = read_capped(path, 1 << 40, first=len(MAGIC))
+    except (OSError, ValueError) as exc:
+        return f"{path} cannot be read ({exc})"
+    if head and head != MAGIC:
+        return f"{path} is not an n-gram cache file (Specula replaces only a cache it wrote)"
+    return None
 
 
 class _Limits(NamedTuple):
@@ -261,23 +270,6 @@ class _Limits(NamedTuple):
 
 
 _MAX_ENTRY_WORDS = 1 + N_MAX + 1 + 1 + 2 * MAX_FOLLOWERS  # n, key, m, total, (token, count) * m
-
-
-def _read_capped(path: Path, cap: int) -> bytes:
-    """The file's bytes, refusing what is not a regular file (O_NONBLOCK: a FIFO must not block
-    the open) or is larger than `cap` (a device such as /dev/zero never ends)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "rb", buffering=0) as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
-        if info.st_size > cap:
-            raise ValueError(f"{info.st_size} bytes, more than a cache file can be ({cap})")
-        data = handle.read(cap + 1)  # the file may have grown since fstat
-    if len(data) > cap:
-        raise ValueError(f"more than {cap} bytes, more than a cache file can be")
-    return data
 
 
 def _sort_followers(entry: list[int]) -> None:

@@ -1,25 +1,19 @@
-"""A small HTTP client for llama-server's native API (/health, /completion) on token ids, with
-every field of its answers checked: a server that answers garbage is one line, never a traceback.
+"""A small client for llama-server's native API (/health, /completion) on token ids, with every
+field of its answers checked: a server that answers garbage is one line, never a traceback.
 
-Standard library only: the requests are few and on loopback (or a URL the user gave), so a
-connection per request costs nothing that matters next to a model's reply."""
+Its HTTP is app.engine.remote.http's, the one client for servers: sizes capped, no redirect
+followed, keys and passwords never in a message."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from app.engine.streams import cut_when_cancelled
 from app.engine.errors import ServerError, SpeculaError  # noqa: F401 - ServerError is read from here too
-
-_MAX_ANSWER_BYTES = 64 * 1024 * 1024
-_MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few, and the timings
+from app.engine.remote.http import HttpStatusError, RemoteHttp
 
 
 @dataclass(frozen=True)
@@ -67,17 +61,22 @@ class StreamChunk:
 
 
 class ServerClient:
+    """llama-server's native API at `base_url`, over the one HTTP client for servers the user
+    names (app.engine.remote.http): no redirect is followed, and no message holds the key or
+    the URL's password."""
+
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
+        self.base_url = base_url.rstrip("/")  # as given: may hold a password, never shown
+        self.http = RemoteHttp(self.base_url, api_key, timeout_s)
+        self.shown_url = self.http.shown_url
         self.timeout_s = timeout_s
 
     def healthy(self, timeout_s: float = 5.0) -> bool:
         """True once the model is loaded (llama-server answers 503 while loading)."""
         try:
-            self._request("GET", "/health", None, timeout_s)
-        except ServerError as exc:
-            if "HTTP 503" in str(exc):
+            self.http.get_bytes("/health", timeout_s)
+        except HttpStatusError as exc:
+            if exc.status == 503:
                 return False
             raise
         return True
@@ -92,26 +91,28 @@ class ServerClient:
         if greedy:
             body.update(temperature=0.0, top_k=1, samplers=["top_k"])
         body.update(extra or {})
-        return parse_completion(self._request("POST", "/completion", body, self.timeout_s))
+        answer = self.http.post_json("/completion", body)
+        with self._redacted():
+            return parse_completion(answer)
 
     def tokenize(self, text: str) -> list[int]:
         """The model's tokens for `text`, special tokens parsed and BOS added as the model asks."""
-        answer = self._request("POST", "/tokenize", {"content": text, "add_special": True}, self.timeout_s)
+        answer = self.http.post_json("/tokenize", {"content": text, "add_special": True})
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not _token_ids(tokens):
-            raise ServerError(f"{self.base_url}/tokenize: the answer has no list of token ids")
+            raise ServerError(f"{self.http.where('/tokenize')}: the answer has no list of token ids")
         return tokens
 
     def props(self) -> Any:
         """llama-server's /props (its build, context and default settings), as it answers them."""
-        return self._request("GET", "/props", None, self.timeout_s)
+        return self.http.get_json("/props")
 
     def apply_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt the model's chat template makes of `messages` (llama-server's /apply-template)."""
-        answer = self._request("POST", "/apply-template", {"messages": messages}, self.timeout_s)
+        answer = self.http.post_json("/apply-template", {"messages": messages})
         prompt = answer.get("prompt") if isinstance(answer, dict) else None
         if not isinstance(prompt, str):
-            raise ServerError(f"{self.base_url}/apply-template: the answer has no prompt text")
+            raise ServerError(f"{self.http.where('/apply-template')}: the answer has no prompt text")
         return prompt
 
     def stream(self, prompt_ids: Sequence[int], n_predict: int, sampling: dict[str, Any],
@@ -122,55 +123,21 @@ class ServerClient:
         `cancelled()` says so."""
         body = {"prompt": [int(t) for t in prompt_ids], "n_predict": int(n_predict), "cache_prompt": True,
                 "return_tokens": True, "stream": True, "timings_per_token": True, **sampling}
-        url = urllib.parse.urlsplit(self.base_url)
-        connection_type = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        connection = connection_type(url.hostname, url.port, timeout=self.timeout_s)
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        where = f"{self.base_url}/completion"
-        with cut_when_cancelled(connection, cancelled) as watch:
-            try:
-                connection.request("POST", url.path.rstrip("/") + "/completion", json.dumps(body), headers)
-                watch.sock = connection.sock
-                answer = connection.getresponse()
-                if answer.status != 200:
-                    raise ServerError(f"{where}: HTTP {answer.status} {_short(answer.read(2048))}")
-                for data in _events(answer, where):
+        with closing(self.http.stream_events("/completion", body, cancelled)) as events:
+            for data in events:
+                with self._redacted():
                     chunk = parse_chunk(data)
-                    yield chunk
-                    if chunk.stop or (cancelled is not None and cancelled()):
-                        return
-                if watch.fired:
+                yield chunk
+                if chunk.stop:
                     return
-                raise ServerError(f"{where}: the stream ended before the reply did")
-            except (OSError, http.client.HTTPException) as exc:
-                if watch.fired:  # the user's Stop cut a read that waited on the server
-                    return
-                raise ServerError(f"{where}: the connection failed ({exc})") from None
-            finally:
-                connection.close()
 
-    def _request(self, method: str, path: str, body: dict | None, timeout_s: float) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        if self.api_key:
-            request.add_header("Authorization", f"Bearer {self.api_key}")
+    @contextmanager
+    def _redacted(self) -> Iterator[None]:
+        """A parse error quotes the server's own fields: without our key or anything key-shaped."""
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-                raw = answer.read(_MAX_ANSWER_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise ServerError(f"{self.base_url}{path}: HTTP {exc.code} {_short(exc.read(2048))}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ServerError(f"{self.base_url}{path}: could not connect ({reason})") from None
-        if len(raw) > _MAX_ANSWER_BYTES:
-            raise ServerError(f"{self.base_url}{path}: the answer is larger than {_MAX_ANSWER_BYTES >> 20} MiB")
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ServerError(f"{self.base_url}{path}: the answer is not JSON: {_short(raw)}") from None
+            yield
+        except ServerError as exc:
+            raise ServerError(self.http.redact(str(exc))) from None
 
 
 def parse_completion(answer: Any) -> ServerReply:
@@ -182,28 +149,6 @@ def parse_completion(answer: Any) -> ServerReply:
                        _count(timings, "predicted_n"), _duration(timings, "predicted_ms"),
                        _count(timings, "draft_n"), _count(timings, "draft_n_accepted"),
                        stop_type if isinstance(stop_type, str) else "")
-
-
-def _events(answer, where: str) -> Iterator[Any]:
-    """The JSON objects of a server-sent event stream ("data: {...}" lines)."""
-    while True:
-        line = answer.readline(_MAX_EVENT_BYTES + 1)
-        if not line:
-            return
-        if len(line) > _MAX_EVENT_BYTES:
-            raise ServerError(f"{where}: a streamed chunk is larger than {_MAX_EVENT_BYTES >> 20} MiB")
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            if line.startswith(b"error:"):
-                raise ServerError(f"{where}: {_short(line)}")
-            continue
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            return
-        try:
-            yield json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ServerError(f"{where}: a streamed chunk is not JSON: {_short(payload)}") from None
 
 
 def parse_chunk(data: Any) -> StreamChunk:

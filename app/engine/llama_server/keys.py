@@ -10,11 +10,12 @@ import json
 import logging
 from pathlib import Path
 
-from app.engine.atomic import PRIVATE, write_atomic
+from app.engine.atomic import PRIVATE, read_capped, write_atomic
 
 log = logging.getLogger(__name__)
 
 KEYS_FILE = "server-keys.json"
+MAX_KEYS_FILE_BYTES = 1 << 20  # keys for a few thousand servers; a larger file is not ours
 
 
 def keys_path(folder: str | Path) -> Path:
@@ -31,10 +32,10 @@ def check_key(key: str) -> str:
 
 def _read_all(path: Path) -> dict[str, str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, MAX_KEYS_FILE_BYTES, what="a keys file").decode("utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # a FIFO, a device, too large, not UTF-8 or JSON
         log.warning("the server keys file %s cannot be read (%s); no key is sent", path, type(exc).__name__)
         return {}
     if not isinstance(data, dict):

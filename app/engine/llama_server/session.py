@@ -106,7 +106,8 @@ def check_url(url: str) -> str:
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # never a password
+        raise ValueError(f"{shown!r} is not an http:// or https:// URL")
     return url.rstrip("/")
 
 
@@ -173,6 +174,7 @@ class ServerSession:
         if self._server is None:
             if self.model is None:
                 raise ServerError("llama-server needs a model file")
+            _check_template(self.model)
             kwargs = {} if self._start_timeout_s is None else {"start_timeout_s": self._start_timeout_s}
             server = LlamaServer(self.model, self.engine.flags(), **kwargs)
             server.start(cancelled)
@@ -247,6 +249,23 @@ class ServerSession:
             if self._server is not None and not self._server.running(grace_s=1.0):
                 raise ServerError(f"llama-server stopped mid-reply: {self._server.log_tail()}") from None
             raise exc from None
+
+
+def _check_template(model: Path) -> None:
+    """ChatTemplateError (one line) where the model's chat template passes our bounds:
+    llama-server renders it at start and on each chat with none (a bomb ran 75 s and 2.3 GB)."""
+    from app.engine.errors import ChatTemplateError
+    from app.engine.gguf.info import read_gguf_info
+    from app.engine.loop.template_guard import unbounded_reason
+
+    try:
+        template = read_gguf_info(model).metadata.get("tokenizer.chat_template")
+    except Exception as exc:  # noqa: BLE001 - llama-server reads the file itself and says what is wrong
+        log.info("the chat template of %s was not read before llama-server: %s", model.name, exc)
+        return
+    why = unbounded_reason(template) if isinstance(template, str) and template.strip() else None
+    if why:
+        raise ChatTemplateError(f"the chat template of {model.name} is refused before llama-server runs it: {why}")
 
 
 def _is_llama_server(engine: ServerEngine) -> bool:

@@ -185,3 +185,31 @@ def install() -> None:
     if templates.ImmutableSandboxedEnvironment is not BoundedSandbox:
         templates.ImmutableSandboxedEnvironment = BoundedSandbox
         templates._compile_jinja_template.cache_clear()
+
+
+# A chat as a template sees it: a system turn, a user turn, the assistant's turn to come.
+_SAMPLE_CHAT = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Hello"}]
+
+
+def unbounded_reason(template: str) -> str | None:
+    """Why the template passes the bounds on a sample chat ("the template ran for over 2 s"), or
+    None. For a program that renders templates without our bounds (llama-server's own engine
+    ran a bomb for 75 s and 2.3 GB before its start timed out): ask this first. A template that
+    fails here for another reason (a syntax only llama.cpp's engine reads, a raise_exception on
+    this chat) is that program's to judge: None."""
+    from jinja2.exceptions import SecurityError
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    environment = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
+    try:
+        environment.from_string(template).render(
+            messages=_SAMPLE_CHAT, add_generation_prompt=True, bos_token="", eos_token="",
+            raise_exception=raise_exception)
+    except SecurityError as exc:
+        return (str(exc).splitlines() or [""])[0][:200]
+    except Exception:  # noqa: BLE001 - not ours to judge: see above
+        return None
+    return None

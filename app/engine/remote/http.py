@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import urllib.parse
 from typing import Any, Callable, Iterator
@@ -15,6 +16,8 @@ from app.engine.streams import cut_when_cancelled
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model list, /props or /metrics
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few
+# What a key looks like in a remote's text: a bearer credential, an OpenAI-style secret key.
+_KEY_SHAPES = re.compile(r"(?i)(bearer\s+)[^\s\"',;]+|\bsk-[A-Za-z0-9_\-]{6,}")
 
 
 class HttpStatusError(ServerError):
@@ -55,8 +58,17 @@ class RemoteHttp:
         except UnicodeDecodeError:
             raise ServerError(f"{self.where(path)}: the answer is not UTF-8 text") from None
 
-    def get_bytes(self, path: str, timeout_s: float | None = None) -> bytes:
-        with self._open("GET", path, None, timeout_s) as answer:
+    def post_json(self, path: str, body: dict, timeout_s: float | None = None) -> Any:
+        """POST `body` as JSON and read the JSON answer (size-limited, UTF-8 checked)."""
+        raw = self.get_bytes(path, timeout_s, body)
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise ServerError(f"{self.where(path)}: the answer is not JSON: {self.short(raw)}") from None
+
+    def get_bytes(self, path: str, timeout_s: float | None = None, body: dict | None = None) -> bytes:
+        """The answer's bytes to a GET (or, with `body`, a POST of JSON)."""
+        with self._open("POST" if body is not None else "GET", path, body, timeout_s, stream=False) as answer:
             try:
                 raw = answer.read(MAX_ANSWER_BYTES + 1)
             except (OSError, http.client.HTTPException) as exc:  # a timeout, a chunk cut off
@@ -70,7 +82,7 @@ class RemoteHttp:
     def stream_events(self, path: str, body: dict, cancelled: Callable[[], bool] | None = None) -> Iterator[Any]:
         """The JSON objects of a server-sent event stream, until `data: [DONE]`; a stream that
         ends without it is a ServerError (the connection was cut mid-reply)."""
-        with self._open("POST", path, body, None) as answer, cut_when_cancelled(answer.connection, cancelled) as watch:
+        with self._open("POST", path, body, None, stream=True) as answer, cut_when_cancelled(answer.connection, cancelled) as watch:
             watch.sock = answer.sock
             try:
                 for line in iter(lambda: answer.readline(MAX_EVENT_BYTES + 1), b""):
@@ -99,12 +111,18 @@ class RemoteHttp:
         return self.shown_url + path
 
     def short(self, raw: bytes, limit: int = 160) -> str:
-        """Up to `limit` characters of a remote answer, control characters escaped, the key hidden."""
-        text = raw.decode("utf-8", "replace")
-        if self._api_key:
-            text = text.replace(self._api_key, "<key>")
+        """Up to `limit` characters of a remote answer, control characters escaped, keys hidden."""
+        text = self.redact(raw.decode("utf-8", "replace"))
         text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
         return text[:limit] + ("..." if len(text) > limit else "")
+
+    def redact(self, text: str) -> str:
+        """`text` without our key, the URL's password, or anything shaped like a key (a remote may
+        echo a credential back, ours or another)."""
+        for secret in (self._api_key, self._parts.password):
+            if secret:
+                text = text.replace(secret, "<key>")
+        return _KEY_SHAPES.sub(lambda m: (m.group(1) or "") + "<key>", text)
 
     def _json_event(self, path: str, payload: bytes) -> Any:
         try:
@@ -112,7 +130,10 @@ class RemoteHttp:
         except (UnicodeDecodeError, ValueError):
             raise ServerError(f"{self.where(path)}: a streamed chunk is not JSON: {self.short(payload)}") from None
 
-    def _open(self, method: str, path: str, body: dict | None, timeout_s: float | None) -> "_Answer":
+    def _open(self, method: str, path: str, body: dict | None, timeout_s: float | None,
+              stream: bool) -> "_Answer":
+        """The answer to one request; anything but 200 is an HttpStatusError. A redirect is
+        never followed: it would take the key to wherever the server points."""
         parts = self._parts
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if parts.scheme == "https":  # verified against the system's CAs, host name checked
@@ -120,7 +141,7 @@ class RemoteHttp:
                                                      context=ssl.create_default_context())
         else:
             connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-        headers = {"Accept": "text/event-stream" if body is not None else "*/*"}
+        headers = {"Accept": "text/event-stream" if stream else "*/*"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self._api_key:
@@ -130,6 +151,10 @@ class RemoteHttp:
                                None if body is None else json.dumps(body).encode(), headers)
             sock = connection.sock  # the response takes it over where it has no length
             answer = connection.getresponse()
+            if 300 <= answer.status < 400:
+                raise HttpStatusError(f"{self.where(path)}: HTTP {answer.status}: the server redirects elsewhere; "
+                                      "Specula never follows a redirect with your key: give the URL it should use",
+                                      answer.status)
             if answer.status != 200:
                 raise HttpStatusError(f"{self.where(path)}: HTTP {answer.status} {self.short(answer.read(2048))}",
                                       answer.status)
