@@ -244,7 +244,7 @@ def test_refuses_non_loopback_without_key_and_busy_ports(specula, tiny_paths, ur
     empty = tmp_path / "key.txt"
     empty.write_text("\n")
     code, err = specula("serve", "-m", tiny, "--host", "0.0.0.0", "--api-key-file", str(empty))
-    assert code != 0 and "API key is empty" in err
+    assert code != 0 and "holds no key on its first line" in err
     port = url.rsplit(":", 1)[1]
     code, err = specula("serve", "-m", tiny, "--port", port)
     assert code != 0 and err.startswith(f"specula: error: cannot listen on 127.0.0.1:{port}:")

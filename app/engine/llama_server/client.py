@@ -6,14 +6,13 @@ followed, keys and passwords never in a message."""
 
 from __future__ import annotations
 
-import json
 import math
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from app.engine.errors import ServerError, SpeculaError  # noqa: F401 - ServerError is read from here too
-from app.engine.remote.http import HttpStatusError, RemoteHttp
+from app.engine.remote.http import HttpStatusError, RemoteHttp, error_message, quoted
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ def parse_completion(answer: Any) -> ServerReply:
 def parse_chunk(data: Any) -> StreamChunk:
     """A StreamChunk from one streamed JSON object, every field checked."""
     if isinstance(data, dict) and "error" in data:
-        raise ServerError(f"llama-server: {_short(json.dumps(data['error']).encode())}")
+        raise ServerError(f"llama-server: {quoted(error_message(data['error']))}")
     tokens, text, timings = _reply_fields(data, "streamed chunk", [])
     stop = data.get("stop", False)
     if not isinstance(stop, bool):
@@ -188,19 +187,20 @@ def _token_ids(value: Any) -> bool:
 def _count(fields: dict, key: str, where: str = "timings.") -> int:
     value = fields.get(key, 0)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 40:
-        raise ServerError(f"llama-server's {where}{key} is not a count: {_short(str(value).encode())}")
+        raise ServerError(f"llama-server's {where}{key} is not a count: {quoted(_text_of(value))}")
     return value
 
 
 def _duration(timings: dict, key: str) -> float:
     value = timings.get(key, 0.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ServerError(f"llama-server's timings.{key} is not a duration: {_short(str(value).encode())}")
+        raise ServerError(f"llama-server's timings.{key} is not a duration: {quoted(_text_of(value))}")
     return float(value)
 
 
-def _short(raw: bytes, limit: int = 160) -> str:
-    """Up to `limit` characters of a remote answer, control characters escaped."""
-    text = raw.decode("utf-8", "replace")
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text[:limit] + ("..." if len(text) > limit else "")
+def _text_of(value: Any) -> str:
+    """A field's value for a message: its repr where that is cheap, else its type (the repr of
+    JSON nested a thousand deep recurses past Python's limit)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return str(value)[:200]
+    return f"a JSON {type(value).__name__}"

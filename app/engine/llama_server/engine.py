@@ -13,11 +13,13 @@ one StepEvent with llama.cpp's own counts."""
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Callable, Iterator, Sequence
 
-from app.engine.llama_server.client import ServerClient, StreamChunk
+from app.engine.llama_server.client import ServerClient, ServerReply, StreamChunk
 from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.loop.sampling import SamplingParams
+from app.engine.remote.engine import ReplyBounds
 
 
 def sampling_fields(sampling: SamplingParams, stop_strings: Sequence[str] = ()) -> dict:
@@ -62,6 +64,8 @@ class _Reply:
         self.drafted = self.accepted = 0
         self.counts = StepCounters()
         self.step: _Step | None = None
+        self.final: ServerReply | None = None  # the last chunk's timings, once it came
+        self.limited = False  # the server streamed past max_new_tokens: stopped here, a "limit" stop
 
     def take(self, chunk: StreamChunk) -> Iterator[StepEvent]:
         if chunk.draft_n != self.drafted or chunk.draft_n_accepted != self.accepted:  # a verify step's first token
@@ -88,6 +92,12 @@ class _Reply:
             yield step.event()
 
 
+def _tokens_with(reply: _Reply, pending: StreamChunk | None, chunk: StreamChunk) -> int:
+    """The reply's tokens once `chunk` is in: its ids, or llama-server's count where higher."""
+    n_ids = len(reply.tokens) + (len(pending.tokens) if pending is not None else 0) + len(chunk.tokens)
+    return max(n_ids, reply.n_decoded, chunk.n_decoded)
+
+
 _STOPS = {"eos": StopReason.EOS, "limit": StopReason.MAX_TOKENS, "word": StopReason.STOP_STRING}
 
 
@@ -97,14 +107,26 @@ def generate_on_server(client: ServerClient, ids: Sequence[int], max_new_tokens:
                        extra: dict | None = None) -> Iterator[GenerationEvent]:
     """StepEvents as llama-server streams the reply, then the DoneEvent with its RunSummary
     (llama-server's own timings and counts; the end-of-generation token left out, as ours).
-    `extra`: further /completion fields (ignore_eos)."""
+    `extra`: further /completion fields (ignore_eos). A server that streams past
+    max_new_tokens is stopped there (its connection closed), a "limit" stop."""
     started = time.monotonic()
     reply = _Reply()
-    final = None
+    with closing(client.stream(ids, max_new_tokens, {**sampling_fields(sampling, stop_strings), **(extra or {})},
+                               cancelled)) as chunks:  # closing: leaving early closes the connection now
+        yield from _read(chunks, reply, ReplyBounds(max_new_tokens), client.shown_url)
+    yield DoneEvent(_summary(reply, ids, started, drafter))
+
+
+def _read(chunks: Iterator[StreamChunk], reply: _Reply, bounds: ReplyBounds, where: str) -> Iterator[StepEvent]:
+    """The reply's StepEvents as its chunks come; sets reply.final (its last chunk's timings),
+    or reply.limited where the server streamed past `bounds` (the chunk past them is dropped)."""
     pending: StreamChunk | None = None  # a token without text: the end-of-generation token if the reply stops next
-    for chunk in client.stream(ids, max_new_tokens, {**sampling_fields(sampling, stop_strings), **(extra or {})},
-                               cancelled):
-        final = chunk.final or final
+    for chunk in chunks:
+        if bounds.over(_tokens_with(reply, pending, chunk), chunk.text):
+            bounds.warn(where)
+            reply.limited = True
+            break
+        reply.final = chunk.final or reply.final
         if pending is not None and not (chunk.final is not None and chunk.final.stop_type == "eos"):
             yield from reply.take(pending)
         pending = None
@@ -115,19 +137,22 @@ def generate_on_server(client: ServerClient, ids: Sequence[int], max_new_tokens:
     if pending is not None:
         yield from reply.take(pending)
     yield from reply.flush()
-    tokens, texts, first_at, counts = reply.tokens, reply.texts, reply.first_at, reply.counts
-    drafted, accepted = reply.drafted, reply.accepted
+
+
+def _summary(reply: _Reply, ids: Sequence[int], started: float, drafter: str) -> RunSummary:
+    tokens, texts, first_at, counts, final = reply.tokens, reply.texts, reply.first_at, reply.counts, reply.final
     now = time.monotonic()
-    if final is None:  # cancelled: what the server timed is not known
-        stop, prompt_s, decode_s, n_evaluated = StopReason.CANCELLED, (first_at or now) - started, 0.0, len(ids)
+    if final is None:  # cancelled or cut at the limit: what the server timed is not known
+        stop = StopReason.MAX_TOKENS if reply.limited else StopReason.CANCELLED
+        prompt_s, decode_s, n_evaluated = (first_at or now) - started, 0.0, len(ids)
         if first_at is not None:
             decode_s = now - first_at
     else:
         stop = _STOPS.get(final.stop_type, StopReason.EOS)
         prompt_s, decode_s, n_evaluated = final.prompt_ms / 1000.0, final.predicted_ms / 1000.0, final.prompt_n
-    yield DoneEvent(RunSummary(
+    return RunSummary(
         text="".join(texts), tokens=tuple(tokens), stop_reason=stop, drafter=drafter, n_prompt=len(ids),
         n_prompt_evaluated=n_evaluated, prompt_s=prompt_s, n_predicted=max(len(tokens), reply.n_decoded),
         decode_s=decode_s,
-        ttft_s=(first_at or now) - started, n_steps=counts.n_steps, n_drafted=drafted, n_accepted=accepted,
-        accepted_by_position=tuple(counts.accepted_at), drafted_by_position=tuple(counts.drafted_at)))
+        ttft_s=(first_at or now) - started, n_steps=counts.n_steps, n_drafted=reply.drafted, n_accepted=reply.accepted,
+        accepted_by_position=tuple(counts.accepted_at), drafted_by_position=tuple(counts.drafted_at))

@@ -6,11 +6,16 @@ tokens (the charts count no tokens for it, as for a text-only tail), and the Run
 `tokens` unknown. Its speed is ours to measure: completion tokens (usage, else one per chunk)
 over the time from the first chunk to the last. Its drafted and accepted counts are the change
 of its /metrics counters over the reply (shared with whatever else the server answered
-meanwhile); where it exports none they are marked unknown, never shown as zeros."""
+meanwhile); where it exports none they are marked unknown, never shown as zeros.
+
+The reply's length is enforced here too, not left to the server: one that streams past
+max_new_tokens (or forever) is stopped there, its connection closed, as a "limit" stop."""
 
 from __future__ import annotations
 
+import logging
 import time
+from contextlib import closing
 from typing import Any, Callable, Iterator
 
 from app.engine.loop.events import (UNKNOWN_DRAFTS, UNKNOWN_PROMPT, UNKNOWN_STEPS, UNKNOWN_TOKENS, DoneEvent,
@@ -19,7 +24,42 @@ from app.engine.loop.sampling import SamplingParams
 from app.engine.remote.metrics import SpecCounters
 from app.engine.remote.openai_client import ChatChunk, OpenAIClient
 
+log = logging.getLogger(__name__)
+
 _STOPS = {"stop": StopReason.EOS, "length": StopReason.MAX_TOKENS}
+# A token's text is a few characters; the longest in the vocabularies we know run to 128.
+MAX_CHARS_PER_TOKEN = 256
+MAX_REPLY_CHARS = 64 * 1024 * 1024
+TRAILING_CHUNKS = 16  # after the last token: its finish reason, usage, timings
+
+
+class ReplyBounds:
+    """What a streamed reply of at most `max_new_tokens` tokens may bring, counted on our side:
+    its tokens, its text (MAX_CHARS_PER_TOKEN a token) and its chunks (two a token, and a few:
+    a role, a finish, usage; so that chunks with nothing in them cannot go on forever either).
+    Past the last token only TRAILING_CHUNKS more are read."""
+
+    def __init__(self, max_new_tokens: int) -> None:
+        self.max_tokens = max_new_tokens
+        self.max_chars = min(MAX_CHARS_PER_TOKEN * max_new_tokens + 4096, MAX_REPLY_CHARS)
+        self.max_chunks = 2 * max_new_tokens + 64
+        self.chunks = self.chars = self.trailing = 0
+
+    def over(self, n_tokens: int, text: str) -> bool:
+        """True where a chunk that brings the reply to `n_tokens` tokens, with `text`, goes past
+        the bounds: the reply ends before it."""
+        self.chunks += 1
+        self.chars += len(text)
+        if n_tokens > self.max_tokens or self.chars > self.max_chars or self.chunks > self.max_chunks:
+            return True
+        if n_tokens >= self.max_tokens:
+            self.trailing += 1
+            return self.trailing > TRAILING_CHUNKS
+        return False
+
+    def warn(self, where: str) -> None:
+        log.warning("%s streamed past %d tokens (%d chunks, %d characters): stopped reading there",
+                    where, self.max_tokens, self.chunks, self.chars)
 
 
 def openai_sampling(sampling: SamplingParams, stop_strings: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -68,14 +108,27 @@ def generate_on_openai(client: OpenAIClient, model: str, max_new_tokens: int, sa
     """StepEvents as the server streams its reply, then the DoneEvent with its RunSummary."""
     before = client.spec_counters()
     reply = _Reply()
-    for chunk in client.stream(model, max_new_tokens, openai_sampling(sampling, stop_strings), messages, prompt,
-                               cancelled):
-        event = reply.take(chunk)
-        if event is not None:
-            yield event
+    bounds = ReplyBounds(max_new_tokens)
+    with closing(client.stream(model, max_new_tokens, openai_sampling(sampling, stop_strings), messages, prompt,
+                               cancelled)) as chunks:  # closing: leaving early closes the connection now
+        for chunk in chunks:
+            if bounds.over(_tokens_with(reply, chunk), chunk.text):
+                bounds.warn(client.shown_url)
+                reply.finish = reply.finish or "length"  # a limit stop, not a cancel
+                break
+            event = reply.take(chunk)
+            if event is not None:
+                yield event
     after = client.spec_counters() if before is not None else None
     counts = after.since(before) if after is not None and before is not None else None
     yield DoneEvent(_summary(reply, drafter, counts))
+
+
+def _tokens_with(reply: _Reply, chunk: ChatChunk) -> int:
+    """The reply's tokens once `chunk` is in: the server's usage where it says, else a chunk of
+    text a token (a chunk may hold more: then the server's usage is what stops it)."""
+    n_chunks = reply.n_chunks + (1 if chunk.text else 0)
+    return max(n_chunks, chunk.completion_tokens or 0, reply.completion_tokens or 0)
 
 
 def _summary(reply: _Reply, drafter: str, counts: SpecCounters | None) -> RunSummary:

@@ -16,6 +16,10 @@ from app.engine.streams import cut_when_cancelled
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model list, /props or /metrics
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few
+# Lines without data (comments, keep-alives, blank lines, other fields) in a row: a real server
+# sends a keep-alive every few seconds at most, so this many means one that sends nothing forever.
+MAX_IDLE_LINES = 10_000
+MAX_IDLE_BYTES = 16 * 1024 * 1024
 # What a key looks like in a remote's text: a bearer credential, an OpenAI-style secret key.
 _KEY_SHAPES = re.compile(r"(?i)(bearer\s+)[^\s\"',;]+|\bsk-[A-Za-z0-9_\-]{6,}")
 
@@ -45,11 +49,7 @@ class RemoteHttp:
         self.timeout_s = timeout_s
 
     def get_json(self, path: str, timeout_s: float | None = None) -> Any:
-        raw = self.get_bytes(path, timeout_s)
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ServerError(f"{self.where(path)}: the answer is not JSON: {self.short(raw)}") from None
+        return loads_remote(self.get_bytes(path, timeout_s), self.where(path), quote=self.short)
 
     def get_text(self, path: str, timeout_s: float | None = None) -> str:
         raw = self.get_bytes(path, timeout_s)
@@ -60,11 +60,7 @@ class RemoteHttp:
 
     def post_json(self, path: str, body: dict, timeout_s: float | None = None) -> Any:
         """POST `body` as JSON and read the JSON answer (size-limited, UTF-8 checked)."""
-        raw = self.get_bytes(path, timeout_s, body)
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ServerError(f"{self.where(path)}: the answer is not JSON: {self.short(raw)}") from None
+        return loads_remote(self.get_bytes(path, timeout_s, body), self.where(path), quote=self.short)
 
     def get_bytes(self, path: str, timeout_s: float | None = None, body: dict | None = None) -> bytes:
         """The answer's bytes to a GET (or, with `body`, a POST of JSON)."""
@@ -72,11 +68,11 @@ class RemoteHttp:
             try:
                 raw = answer.read(MAX_ANSWER_BYTES + 1)
             except (OSError, http.client.HTTPException) as exc:  # a timeout, a chunk cut off
-                raise ServerError(f"{self.where(path)}: the connection failed ({self.short(str(exc).encode())})") from None
+                raise ServerError(f"{self.where(path)}: the connection failed ({self.short(str(exc))})") from None
+            if len(raw) > MAX_ANSWER_BYTES:  # before the length's check: this is why some is left
+                raise ServerError(f"{self.where(path)}: the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB")
             if answer.length:  # fewer bytes than its Content-Length said: the connection closed
                 raise ServerError(f"{self.where(path)}: the answer was cut off after {len(raw)} bytes")
-        if len(raw) > MAX_ANSWER_BYTES:
-            raise ServerError(f"{self.where(path)}: the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB")
         return raw
 
     def stream_events(self, path: str, body: dict, cancelled: Callable[[], bool] | None = None) -> Iterator[Any]:
@@ -84,25 +80,20 @@ class RemoteHttp:
         ends without it is a ServerError (the connection was cut mid-reply)."""
         with self._open("POST", path, body, None, stream=True) as answer, cut_when_cancelled(answer.connection, cancelled) as watch:
             watch.sock = answer.sock
+            events = EventLines(self.where(path), self.short)
             try:
                 for line in iter(lambda: answer.readline(MAX_EVENT_BYTES + 1), b""):
-                    if len(line) > MAX_EVENT_BYTES:
-                        raise ServerError(f"{self.where(path)}: a streamed chunk is larger than "
-                                          f"{MAX_EVENT_BYTES >> 20} MiB")
-                    line = line.strip()
-                    if line.startswith(b"error:"):  # llama-server's way of failing mid-stream
-                        raise ServerError(f"{self.where(path)}: {self.short(line[6:].strip())}")
-                    payload = _data_of(line)
-                    if payload == b"[DONE]":
+                    event = events.take(line)
+                    if event is DONE:
                         return
-                    if payload is not None:
-                        yield self._json_event(path, payload)
+                    if event is not NOTHING:
+                        yield event
                     if cancelled is not None and cancelled():
                         return
             except (OSError, http.client.HTTPException) as exc:
                 if watch.fired:  # the user's Stop cut a read that waited on the server
                     return
-                raise ServerError(f"{self.where(path)}: the connection failed mid-reply ({self.short(str(exc).encode())})") from None
+                raise ServerError(f"{self.where(path)}: the connection failed mid-reply ({self.short(str(exc))})") from None
             if watch.fired:
                 return
         raise ServerError(f"{self.where(path)}: the stream ended before the reply did")
@@ -110,11 +101,11 @@ class RemoteHttp:
     def where(self, path: str) -> str:
         return self.shown_url + path
 
-    def short(self, raw: bytes, limit: int = 160) -> str:
-        """Up to `limit` characters of a remote answer, control characters escaped, keys hidden."""
-        text = self.redact(raw.decode("utf-8", "replace"))
-        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-        return text[:limit] + ("..." if len(text) > limit else "")
+    def short(self, raw: bytes | str, limit: int = 160) -> str:
+        """Up to `limit` characters of a remote answer (its bytes, or text it sent: JSON may hold
+        lone surrogates, which no encode takes), control characters escaped, keys hidden."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        return quoted(self.redact(text), limit)
 
     def redact(self, text: str) -> str:
         """`text` without our key, the URL's password, or anything shaped like a key (a remote may
@@ -123,12 +114,6 @@ class RemoteHttp:
             if secret:
                 text = text.replace(secret, "<key>")
         return _KEY_SHAPES.sub(lambda m: (m.group(1) or "") + "<key>", text)
-
-    def _json_event(self, path: str, payload: bytes) -> Any:
-        try:
-            return json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ServerError(f"{self.where(path)}: a streamed chunk is not JSON: {self.short(payload)}") from None
 
     def _open(self, method: str, path: str, body: dict | None, timeout_s: float | None,
               stream: bool) -> "_Answer":
@@ -163,7 +148,7 @@ class RemoteHttp:
             raise ServerError(f"{self.where(path)}: TLS failed ({exc.reason or exc})") from None
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
-            raise ServerError(f"{self.where(path)}: could not connect ({self.short(str(exc).encode())})") from None
+            raise ServerError(f"{self.where(path)}: could not connect ({self.short(str(exc))})") from None
         except BaseException:
             connection.close()
             raise
@@ -182,12 +167,87 @@ class _Answer:
         return self._answer
 
     def __exit__(self, *exc) -> None:
+        # The answer too: its file holds the socket open past the connection's close while
+        # anything (a traceback) keeps it, and a server left streaming is what a bound must stop.
+        self._answer.close()
         self._connection.close()
 
 
-def _data_of(line: bytes) -> bytes | None:
-    """The payload of an event stream's `data:` line; None for comments, blank and other fields."""
-    return line[5:].strip() if line.startswith(b"data:") else None
+DONE = object()  # EventLines.take at `data: [DONE]`
+NOTHING = object()  # EventLines.take at a line that carries no event
+
+
+class EventLines:
+    """A server-sent event stream's lines, one at a time, into the JSON objects they carry: no
+    I/O here, so that every line a server may send can be tried on it alone (the fuzz tests)."""
+
+    def __init__(self, where: str, quote: Callable[[bytes], str] | None = None) -> None:
+        self.where = where
+        self.quote = quote or quoted
+        self.idle_lines = self.idle_bytes = 0
+
+    def take(self, line: bytes) -> Any:
+        """The object of a `data:` line; DONE at `data: [DONE]`; NOTHING for a comment, blank
+        line or other field. ServerError for a line too long, an `error:` line, data that is not
+        JSON, and a stream that has sent only lines without data for too long."""
+        if len(line) > MAX_EVENT_BYTES:
+            raise ServerError(f"{self.where}: a streamed chunk is larger than {MAX_EVENT_BYTES >> 20} MiB")
+        line = line.strip()
+        if line.startswith(b"error:"):  # llama-server's way of failing mid-stream
+            raise ServerError(f"{self.where}: {self.quote(line[6:].strip())}")
+        if not line.startswith(b"data:"):
+            self._idle(len(line))
+            return NOTHING
+        self.idle_lines = self.idle_bytes = 0
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return DONE
+        return loads_remote(payload, self.where, "a streamed chunk", self.quote)
+
+    def _idle(self, n_bytes: int) -> None:
+        self.idle_lines += 1
+        self.idle_bytes += n_bytes
+        if self.idle_lines > MAX_IDLE_LINES or self.idle_bytes > MAX_IDLE_BYTES:
+            raise ServerError(f"{self.where}: the server sent {self.idle_lines} lines without data in a row; "
+                              "it sends no reply")
+
+
+def loads_remote(raw: bytes, where: str, what: str = "the answer",
+                 quote: Callable[[bytes], str] | None = None) -> Any:
+    """The JSON value of a remote's bytes; anything else is one ServerError (RecursionError too:
+    Python's parser recurses once per level, and 100,000 nested brackets fit in a few bytes)."""
+    quote = quote or quoted
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ServerError(f"{where}: {what} is not JSON we read: nested too deeply ({quote(raw[:40])})") from None
+    except (UnicodeDecodeError, ValueError):
+        raise ServerError(f"{where}: {what} is not JSON: {quote(raw)}") from None
+
+
+def quoted(raw: bytes | str, limit: int = 160) -> str:
+    """Up to `limit` characters of a remote's text for a message: every character that is not
+    printable (controls, terminal escapes, line breaks) escaped, the rest cut with '...'."""
+    if isinstance(raw, bytes):  # decode no more than the limit needs: answers run to megabytes
+        text = raw[:limit * 4].decode("utf-8", "replace")
+        more = len(raw) > limit * 4
+    else:
+        text, more = raw[:limit + 1], len(raw) > limit
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    more = more or len(text) > limit or len(shown) > limit
+    return shown[:limit] + ("..." if more else "")
+
+
+def error_message(error: Any) -> str:
+    """The text of a remote's error object (`{"message": ...}`, a text, or any JSON), unquoted:
+    its JSON form is written only within the recursion limit (a deep one is just "an error")."""
+    message = error.get("message") if isinstance(error, dict) else error
+    if isinstance(message, str):
+        return message
+    try:
+        return json.dumps(error)
+    except (RecursionError, ValueError, TypeError):
+        return "an error nested too deeply to show"
 
 
 def _without_password(parts: urllib.parse.SplitResult) -> str:

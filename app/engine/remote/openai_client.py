@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from app.engine.errors import ServerError
-from app.engine.remote.http import HttpStatusError, RemoteHttp
+from app.engine.remote.http import HttpStatusError, RemoteHttp, error_message, quoted
 from app.engine.remote.metrics import SpecCounters, parse_spec_counters
 
 log = logging.getLogger(__name__)
@@ -58,18 +58,30 @@ class OpenAIClient:
             return wanted
         if len(ids) == 1:
             if wanted:
-                log.info("%s serves %s, not %s: using it", self.shown_url, ids[0], wanted)
+                log.info("%s serves %s, not %s: using it", self.shown_url, self.http.short(ids[0]),
+                         quoted(wanted))
             return ids[0]
-        served = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "") if ids else "none"
+        # the ids are the server's text: escaped, for they reach a terminal
+        served = ", ".join(self.http.short(i, 80) for i in ids[:8]) + (", ..." if len(ids) > 8 else "") \
+            if ids else "none"
         raise ServerError(f"{self.shown_url} serves {len(ids)} models ({served}): name one with -m")
 
     def spec_counters(self) -> SpecCounters | None:
-        """The server's speculative counters now; None where it has no /metrics or none there."""
+        """The server's speculative counters now; None where it has no /metrics or none there,
+        and where its /metrics cannot be read (not the format, NaN, too large or slow to parse):
+        counts are extras, so the reply goes on with them unknown."""
         try:
             text = self.http.get_text("/metrics", timeout_s=min(self.http.timeout_s, 30.0))
         except HttpStatusError:
             return None  # no /metrics here (404), or not enabled (llama-server without --metrics: 501)
-        return parse_spec_counters(text)
+        except ServerError as exc:
+            log.warning("%s: counts unknown: %s", self.http.where("/metrics"), exc)
+            return None
+        try:
+            return parse_spec_counters(text)
+        except ServerError as exc:
+            log.warning("%s: counts unknown: %s", self.http.where("/metrics"), self.http.redact(str(exc)))
+            return None
 
     def stream(self, model: str, max_tokens: int, sampling: dict[str, Any],
                messages: list[dict[str, str]] | None = None, prompt: str | None = None,
@@ -89,14 +101,13 @@ class OpenAIClient:
             yield chunk
 
 
-def parse_chunk(data: Any, chat: bool, short: Callable[[bytes], str]) -> ChatChunk:
+def parse_chunk(data: Any, chat: bool, short: Callable[[bytes | str], str]) -> ChatChunk:
     """A ChatChunk from one streamed object (chat.completion.chunk or text_completion), checked."""
     if not isinstance(data, dict):
         raise ServerError("a streamed chunk is not a JSON object")
     if "error" in data:
-        error = data["error"]
-        message = error.get("message") if isinstance(error, dict) else error
-        raise ServerError(f"the server failed mid-reply: {short(str(message).encode())}")
+        # not str(): that of a JSON value nested near the recursion limit raises RecursionError
+        raise ServerError(f"the server failed mid-reply: {short(error_message(data['error']))}")
     choices = data.get("choices", [])
     if not isinstance(choices, list):
         raise ServerError("a streamed chunk's choices is not a list")
