@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from app.cli.flags import add_model_flags, add_sampling_flags, backend_kwargs
 from app.cli.run_server import (LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of,
-                                reply_on_server)
+                                reply_on_server, terminal_json, terminal_text)
 from app.cli.spec_args import spec_choice
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 from app.hub.display import display_name
@@ -59,6 +59,8 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-sys", "--system-prompt", default=None, help="system prompt (with --chat)")
     parser.add_argument("--color", action="store_true", help="show accepted draft tokens in colour")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of the results")
+    parser.add_argument("--explain", action="store_true", help="say why drafting pays here or not: what a drafted "
+                        "token and a verify cost against a main-model token, and the acceptance a draft needs")
 
 
 def settings_from_args(args: argparse.Namespace) -> GenSettings:
@@ -136,15 +138,18 @@ def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[i
     return main.tokenizer.encode(text)
 
 
-def stream(events, color: bool, out=None) -> RunSummary:
+def stream(events, color: bool, out=None, remote: bool = False) -> RunSummary:
+    """Print the reply's text as it comes; `remote`: a server's text, its control characters
+    escaped (a local model's is printed as it is, the same as its --json text)."""
     from app.engine.loop.events import DoneEvent, StepEvent
 
     out = out or sys.stdout  # looked up at call time: tests swap sys.stdout
+    shown = terminal_text if remote else str
 
     summary = None
     for event in events:
         if isinstance(event, StepEvent):
-            out.write(colour_text(event) if color else event.text)
+            out.write(colour_text(event, shown) if color else shown(event.text))
             out.flush()
         elif isinstance(event, DoneEvent):
             summary = event.summary
@@ -152,11 +157,13 @@ def stream(events, color: bool, out=None) -> RunSummary:
     return summary
 
 
-def colour_text(event: StepEvent) -> str:
+def colour_text(event: StepEvent, shown: Callable[[str], str] = str) -> str:
     n_draft_chars = min(event.draft_chars, len(event.text))
     if not n_draft_chars:
-        return event.text
-    return f"{DRAFT_COLOUR}{event.text[:n_draft_chars]}{RESET}{event.text[n_draft_chars:]}"
+        return shown(event.text)
+    # the text shown (escaped) apart from our own colour codes
+    drafted, rest = shown(event.text[:n_draft_chars]), shown(event.text[n_draft_chars:])
+    return f"{DRAFT_COLOUR}{drafted}{RESET}{rest}"
 
 
 def print_summary(summary: RunSummary, draft_max: int, out=None) -> None:
@@ -183,7 +190,7 @@ def print_summary(summary: RunSummary, draft_max: int, out=None) -> None:
 
 
 def json_result(summary: RunSummary) -> str:
-    return json.dumps(summary.to_dict(), ensure_ascii=False)
+    return terminal_json(json.dumps(summary.to_dict(), ensure_ascii=False))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -191,7 +198,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if engine_of(args) == LLAMA_SERVER:
         settings = settings_from_args(args).decode_settings()
-        summary, plan = reply_on_server(args, settings, lambda events: stream(events, args.color))
+        remote = bool(getattr(args, "server", None))  # a server someone else runs: its text is not ours
+        summary, plan = reply_on_server(args, settings, lambda events: stream(events, args.color, remote=remote))
         print_summary(summary, settings.draft_max)
         print(plan, file=sys.stderr)
         if args.json:
@@ -207,6 +215,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = stream(generate(kv, main.tokenizer, ids, pair.drafter, settings), args.color)
     save_learned(pair)
     print_summary(summary, settings.draft_max)
+    if args.explain:
+        print(f"why: {summary.break_even or 'plain decoding prices no drafts'}", file=sys.stderr)
     print(plan_line(main), file=sys.stderr)
     if args.json:
         print(json_result(summary))

@@ -60,23 +60,52 @@ class CombinedDrafter(Drafter):
         self.fallback = fallback
         self.name = "+".join([m.name for m in self.matchers] + ([fallback.name] if fallback else []))
         self._last: Drafter | None = None
+        self._match: tuple[int, int, Drafter | None, tuple[int, ...]] | None = None  # (len, budget, who, tokens)
+        self._model_now = False  # the schedule chose the draft model over a match this step
 
     def fresh(self) -> Drafter:
         return CombinedDrafter([m.fresh() for m in self.matchers], self.fallback.fresh() if self.fallback else None)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        chosen, best = (None, ()) if self._model_now else self._best_match(context, max_tokens)
+        if chosen is not None:
+            self._last = chosen
+            return Draft(best[:max_tokens])
+        self._last = self.fallback
+        return self.fallback.propose(context, max_tokens) if self.fallback else Draft()
+
+    def free_draft(self, context: Sequence[int], max_tokens: int) -> bool:
+        """Whether an n-gram matcher drafts here, before the draft model would (its match is
+        kept for the propose() of this step)."""
+        return self._best_match(context, max_tokens)[0] is not None
+
+    def use_free(self, free: bool) -> None:
+        """The schedule's choice for this step (SplitSchedule): a match's free draft, or the
+        draft model's even where a matcher has one (its drafts expected to pay more here)."""
+        self._model_now = not free and self.fallback is not None
+
+    def _best_match(self, context: Sequence[int], max_tokens: int) -> tuple[Drafter | None, tuple[int, ...]]:
+        """The matcher with the longest match and its tokens; asked twice a step (free_draft,
+        then propose with at most as many tokens), matched once."""
+        memo = self._match
+        if memo is not None and memo[0] == len(context) and memo[1] >= max_tokens:
+            return memo[2], memo[3]
         best_n, best, chosen = 0, (), None
         for matcher in self.matchers:
             n, tokens = matcher.match(context, max_tokens)  # type: ignore[attr-defined]
             if tokens and n > best_n:
                 best_n, best, chosen = n, tokens, matcher
-        if chosen is not None:
-            self._last = chosen
-            return Draft(best)
-        self._last = self.fallback
-        return self.fallback.propose(context, max_tokens) if self.fallback else Draft()
+        self._match = (len(context), max_tokens, chosen, tuple(best))
+        return chosen, tuple(best)
+
+    def token_cost_s(self) -> float | None:
+        return self.fallback.token_cost_s() if self.fallback else None
+
+    def catch_up_s(self, context: Sequence[int]) -> float:
+        return self.fallback.catch_up_s(context) if self.fallback else 0.0
 
     def accept(self, n_accepted: int) -> None:
+        self._match, self._model_now = None, False  # the context moves on
         if self._last is not None:
             self._last.accept(n_accepted)
 
@@ -89,6 +118,7 @@ class CombinedDrafter(Drafter):
         return False if self.fallback is None and all(answer is False for answer in answers) else None
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
+        self._match, self._model_now = None, False
         for drafter in self._all():
             drafter.configure(sampling, draft_p_min)
 

@@ -66,6 +66,7 @@ class RunSummary:
     drafted_by_position: tuple[int, ...]
     # Why the schedule drafted little or nothing, in one line (None where it drafted as asked).
     schedule_note: str | None = None
+    break_even: str | None = None  # why drafting pays here or not (app.engine.loop.explain), where priced
     # The fields of to_dict this engine could not know, null there (a server speaking OpenAI's
     # API: its token ids; its draft counts where its /metrics has none): see UNKNOWN_* below.
     unknown: tuple[str, ...] = ()

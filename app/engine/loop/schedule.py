@@ -43,6 +43,11 @@ _PROBE_EVERY = 4  # fewest steps between one-token probes while drafting does no
 _PROBE_BUDGET = 0.02  # share of the time probes may cost
 _PROBE_MAX_INTERVAL = 256  # steps: rejected probes back off up to this
 _PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed: start hopeful (0.9), stay off 0 and 1
+# A draft model's prior: the same hope, worth three tokens of evidence. Its acceptance is steady
+# where n-gram copies come in bursts: after one rejected first draft the half-token prior put every
+# position at 0.3 and drafted 1-3 tokens for several steps (Qwen2.5-Coder 0.5B for the 1.5B,
+# replayed on a GPU-like curve: 0.93x of the best fixed length over the bench's prompts; 0.98x so).
+_MODEL_PRIOR = (2.7, 0.3)
 _GROWTH = 4  # after a step with every draft accepted, draft at least this many times as many
 _COPY_RATE = 0.9  # P(accepted) per position assumed where the drafter sees a copy running (the prior's hope)
 _PRIOR_SLOPE = 0.08  # extra cost per drafted token, relative to a step without drafts, until measured
@@ -87,12 +92,15 @@ class AdaptiveDraftLength:
     """Draft the length with the best expected tokens per second, from measured acceptance and cost."""
 
     def __init__(self, draft_max: int, verify_cost: Callable[[int], float] | None = None,
-                 draft_token_s: float | None = None) -> None:
+                 draft_token_s: float | None = None, prior: tuple[float, float] | None = None) -> None:
         """verify_cost(n): seconds of a main-model step feeding n tokens, as measured for the
         plan (CostCurve.cost), the prior for the cost of drafting until the steps show it.
         draft_token_s: seconds per drafted token of a draft model, from its own measured step
-        (Drafter.token_cost_s); with verify_cost it prices drafting from the first step on."""
+        (Drafter.token_cost_s); with verify_cost it prices drafting from the first step on.
+        prior: pseudo-counts (accepted, rejected) of each position's rate; by default a draft
+        model's (_MODEL_PRIOR) where draft_token_s prices one, else n-gram drafting's."""
         self.draft_max = draft_max
+        self._prior = prior or (_MODEL_PRIOR if draft_token_s is not None else _PRIOR_ALPHA)
         self._verify_cost = verify_cost
         one = verify_cost(1) if verify_cost is not None else 0.0
         self._curve_table = [verify_cost(k + 1) / one for k in range(draft_max + 1)] if one > 0 else []
@@ -130,7 +138,7 @@ class AdaptiveDraftLength:
         length does, and evidence shortens them. A position seldom reached borrows the rate of the
         one before it: after a run of full acceptances the next position is most likely as good."""
         if self._rates_memo is None:  # kept until the next update: a step reads them up to 3 times
-            a, r = _PRIOR_ALPHA
+            a, r = self._prior
             rates: list[float] = []
             for acc, reach in zip(self.accepted, self.reached):
                 if reach < _MIN_EVIDENCE and rates:
@@ -139,6 +147,25 @@ class AdaptiveDraftLength:
                     rates.append((acc + a) / (reach + a + r))
             self._rates_memo = rates
         return list(self._rates_memo)
+
+    def draft_token_relative(self) -> float:
+        """A drafted token's price against a plain step, as the schedule prices it."""
+        return self._drafting_relative(1)
+
+    @property
+    def seen_acceptance(self) -> float | None:
+        """Accepted over drafted tokens in this reply so far (None: nothing drafted yet)."""
+        return self._seen_accepted / self._seen_drafted if self._seen_drafted else None
+
+    def best_gain(self, budget: int) -> float:
+        """Tokens a step is expected to yield per plain step's time at the best length within
+        `budget`, on the rates and prices seen (1.0: plain decoding's)."""
+        rates, best, expected, run = self.rates(), 1.0, 1.0, 1.0
+        for k in range(1, min(self.draft_max, budget) + 1):
+            run *= rates[k - 1]
+            expected += run
+            best = max(best, expected / self.relative_cost(k))
+        return best
 
     @property
     def alpha(self) -> float:
@@ -338,7 +365,7 @@ class AdaptiveDraftLength:
         had every such draft rejected, drafted long each step at the fixed hope, and ran at
         0.70x of plain decoding."""
         accepted, reached = self._copy
-        weight = sum(_PRIOR_ALPHA)
+        weight = sum(self._prior)
         return (accepted + weight * _COPY_RATE) / (reached + weight)
 
     def _unsure_rate(self) -> float:
@@ -349,7 +376,7 @@ class AdaptiveDraftLength:
         reply, all rejected (0.85x of plain decoding in a replay on llama.cpp's curves, 0.87x
         measured; 1.00x with this rate). Without such steps it is the rate of all steps."""
         accepted, reached = self._unsure
-        weight = sum(_PRIOR_ALPHA)  # until such steps are seen, the first position's rate of all steps
+        weight = sum(self._prior)  # until such steps are seen, the first position's rate of all steps
         # Hope is capped for such steps (_UNSURE_PRIOR): on SmolLM2 their first drafts were
         # accepted 36% of the time over the bench's first requests (Gemma's 78%), and a first
         # draft on the 0.9 of a fresh reply lost 0.66 of a step each time (0.96x of plain on its
@@ -453,6 +480,48 @@ class AdaptiveDraftLength:
         61% accepted (5.5 a step, paying), and the note said that at 61% drafting would not pay."""
         drafted_yield = self._seen_accepted + self.n_steps_drafted  # each drafting step's accepted and its own token
         return self._drafted_cost > 0 and drafted_yield >= self._drafted_cost
+
+
+class SplitSchedule:
+    """Two schedules, one per kind of draft, each priced and learning its own acceptance: free
+    n-gram drafts (`free_now()`, asked once a step: an n-gram drafter has a match) and a draft
+    model's. Where a matcher has a match its draft goes first when the drafter sees a copy
+    running, or when the model's drafts would not pay here at the acceptance seen (a CPU where
+    a verify costs nearly its length); else the model drafts, as far as its price pays. One schedule for both priced the
+    model's steps by the free ones' time and the free drafts by the model's acceptance; and on
+    a machine where the model's drafts are cheap, a 2-token chance match put in front of them
+    lost (Qwen2.5-Coder 0.5B for the 1.5B on a memory-bound curve: 2.07x of plain with lookup
+    first, 2.32x with the model alone)."""
+
+    def __init__(self, free: AdaptiveDraftLength, model: AdaptiveDraftLength, free_now: Callable[[], bool],
+                 use_free: Callable[[bool], None] | None = None) -> None:
+        """use_free(chosen): tells the drafter which kind drafts this step."""
+        self.free, self.model, self._free_now, self._use_free = free, model, free_now, use_free
+        self._current = model
+
+    def length(self, budget: int, confident: Confidence = None, catch_up: Callable[[], float] | None = None) -> int:
+        self._current = self._chosen(budget, confident)
+        if self._use_free is not None:
+            self._use_free(self._current is self.free)
+        if self._current is self.free:
+            return self.free.length(budget, confident)
+        return self.model.length(budget, None, catch_up)
+
+    def _chosen(self, budget: int, confident: Confidence) -> AdaptiveDraftLength:
+        if not self._free_now():
+            return self.model
+        if confident is not None and confident() is True:
+            return self.free  # a running copy: drafted long, at no drafting cost
+        return self.free if self.model.best_gain(budget) <= 1.0 else self.model
+
+    def update(self, n_drafted: int, n_accepted: int, step_s: float, n_asked: int | None = None,
+               draft_s: float | None = None) -> None:
+        self._current.update(n_drafted, n_accepted, step_s, n_asked, draft_s)
+
+    def declined_note(self) -> str | None:
+        """The note of the schedule that ran most of the steps."""
+        busier = self.model if self.model.n_steps >= self.free.n_steps else self.free
+        return busier.declined_note()
 
 
 def best_length_for(rates: list[float], relative_cost: float | Callable[[int], float], k_max: int,

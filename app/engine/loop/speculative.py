@@ -28,7 +28,8 @@ from app.engine.loop.sampling import (
     sample,
     speculative_accept,
 )
-from app.engine.loop.schedule import AdaptiveDraftLength, FixedDraftLength
+from app.engine.loop.schedule import AdaptiveDraftLength, DraftSchedule, FixedDraftLength, SplitSchedule
+from app.engine.loop.explain import explain_schedule
 from app.engine.loop.stops import StopMatcher
 
 
@@ -150,15 +151,28 @@ class _Generation:
         self.stops = StopMatcher(settings.stop_strings)
         self.counters = StepCounters()
         # Plain decoding asks no schedule: pricing 64 draft lengths a step cost it 4% of SmolLM2's step.
-        self.schedule = (FixedDraftLength(0) if isinstance(drafter, NoDrafter) else
-                         AdaptiveDraftLength(settings.draft_max, getattr(main, "step_cost", None), drafter.token_cost_s())
-                         if settings.adaptive_draft else FixedDraftLength(settings.draft_max))
         self.prompt_ids = list(prompt_ids)
         self.context = list(prompt_ids)
+        self.schedule = self._schedule(getattr(main, "step_cost", None))
         self.generated: list[int] = []
         self.stop_token: int | None = None  # the end-of-generation token that ended the reply
         self.t_start = self.t_first = time.monotonic()
         self.n_reused = 0
+
+    def _schedule(self, curve: Callable[[int], float] | None) -> DraftSchedule:
+        """Plain decoding asks no schedule (pricing 64 lengths a step cost it 4% of SmolLM2's
+        step); n-gram drafters before a draft model get one schedule each (SplitSchedule)."""
+        drafter, settings = self.drafter, self.settings
+        if isinstance(drafter, NoDrafter) or not settings.adaptive_draft:
+            return FixedDraftLength(0 if isinstance(drafter, NoDrafter) else settings.draft_max)
+        model_cost = drafter.token_cost_s()
+        free_draft = getattr(drafter, "free_draft", None)
+        if free_draft is None or getattr(drafter, "fallback", None) is None:
+            return AdaptiveDraftLength(settings.draft_max, curve, model_cost)
+        context = self.context  # extended in place as the reply grows
+        return SplitSchedule(AdaptiveDraftLength(settings.draft_max, curve, None),
+                             AdaptiveDraftLength(settings.draft_max, curve, model_cost),
+                             lambda: free_draft(context, settings.draft_max), drafter.use_free)
 
     def first_step(self) -> _Step:
         """The prompt read (reusing what the cache holds of it) and the first token sampled."""
@@ -245,6 +259,7 @@ class _Generation:
             ttft_s=self.t_first - self.t_start, n_steps=self.counters.n_steps, n_drafted=self.counters.n_drafted,
             n_accepted=self.counters.n_accepted, accepted_by_position=tuple(self.counters.accepted_at),
             drafted_by_position=tuple(self.counters.drafted_at), schedule_note=self.schedule.declined_note(),
+            break_even=explain_schedule(self.schedule),
         )
 
 
