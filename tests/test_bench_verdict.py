@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
 from app.cli.bench_verdict import format_verdict, verdicts
 
 
@@ -54,3 +56,19 @@ def test_the_ratio_is_taken_round_by_round_where_rows_have_speedups():
 def test_without_speedups_the_rates_decide():
     rows = [_Row("chat", "lookup", 122.0, 110.0), _Row("chat", "server ngram-mod", 79.3, 70.0, decode_speedup=0.9)]
     assert round(verdicts(rows)[0].ratio, 3) == round(122.0 / 79.3, 3)
+
+
+def test_the_limit_is_the_best_tokens_per_step_time_the_curve_allows():
+    from app.cli.bench import ceiling
+
+    curve = {1: 1.0, 2: 1.79, 5: 3.59, 9: 8.26, 17: 12.0, 33: 19.2, 65: 34.4}  # the 1.5B on 2 cores
+
+    def cost(n: int) -> float:
+        xs = sorted(curve)
+        lo = max(x for x in xs if x <= n)
+        hi = min((x for x in xs if x >= n), default=lo)
+        return curve[lo] if hi == lo else curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
+
+    ratio, n = ceiling(cost)
+    assert n == 65 and ratio == pytest.approx(65 / 34.4)  # the issue's ~1.9x ceiling for this machine
+    assert ceiling(cost, 16)[1] <= 16 and ceiling(None) is None

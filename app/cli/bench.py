@@ -141,7 +141,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if server is not None:
                 server.close()
         rows.extend(_prompt_rows(category, results, ids, _judge(main)))
-    print(format_table(rows))
+    limit = ceiling(kv.step_cost, min(args.n_predict, 65))  # no step can feed more than the reply
+    print(format_table(rows, limit[0] if limit else None))
+    if limit:
+        print(f"limit: a reply known in advance would decode at {limit[0]:.2f}x plain decoding here ({limit[1]} "
+              "tokens a step, on the measured batch curve); the limit column is each row's decode rate over that")
     if server is not None:
         print()
         print(format_verdict(verdicts(rows)))
@@ -351,16 +355,28 @@ def _identity_note(rows: list[BenchRow], main: LoadedModel) -> str | None:
             f"{main.backend.tie_cause()}){'' if not wrong else f'; {wrong} elsewhere (NO)'}")
 
 
-def format_table(rows: list[BenchRow]) -> str:
+def ceiling(step_cost: Callable[[int], float] | None, max_tokens: int = 65) -> tuple[float, int] | None:
+    """The fastest a reply could decode here against plain decoding if every token were known in
+    advance (each step feeding n of them for the curve's price of n), and that n; None without
+    a measured curve. No drafter can beat it: it is the machine's limit."""
+    if step_cost is None:
+        return None
+    one = step_cost(1)
+    return max(((n / (step_cost(n) / one), n) for n in range(1, max_tokens + 1)), key=lambda rn: rn[0])
+
+
+def format_table(rows: list[BenchRow], limit: float | None = None) -> str:
+    """The rows; with `limit` (ceiling's ratio) each row's decode rate as a share of it."""
     header = (f"{'prompt':<14} {'config':<36} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
-              f"{'dec. x':>7} {'accept':>7} {'acc/step':>8}  identical")
+              f"{'dec. x':>7} {'accept':>7} {'acc/step':>8}" + (f" {'limit':>6}" if limit else "") + "  identical")
     lines = [header, "-" * len(header)]
     for r in rows:
         accept = f"{100 * r.accept_rate:6.1f}%" if r.accept_rate is not None else f"{'-':>7}"
         mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
         decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
         decode_x = f"{r.decode_speedup:6.2f}x" if r.decode_speedup else f"{'-':>7}"
+        share = "" if not limit else f" {r.decode_speedup / limit:6.0%}" if r.decode_speedup else f" {'-':>6}"
         lines.append(f"{r.prompt:<14} {r.config[:36]:<36} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
-                     f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}  "
+                     f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}{share}  "
                      f"{'yes' if r.identical else r.divergence or 'NO'}")
     return "\n".join(lines)
