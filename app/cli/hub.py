@@ -242,16 +242,19 @@ def cmd_login(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    from app.hub.builtin import unassembled
     from app.hub.download import pending_downloads
     from app.hub.library import list_local_models
 
     folders = [Path(d) for d in args.dir]
     models = list_local_models(folders, include_builtin=not args.no_builtin)
     pending = pending_downloads(folders)
+    unjoined = [] if args.no_builtin else unassembled()  # the 1.6 GB pair: joined when first used
     if args.json:
         _print_json({"models": [m.to_dict() for m in models],
                      "pending": [{"repo_id": p.repo_id, "filename": p.filename, "done": p.done,
-                                  "total": p.total, "partial": str(p.partial)} for p in pending]})
+                                  "total": p.total, "partial": str(p.partial)} for p in pending],
+                     "unassembled": [m.key for m in unjoined]})
         return 0
     for m in models:
         facts = (f"{m.info.architecture}, {_count(m.info.n_params)} params, {m.info.file_type or '?'}"
@@ -263,6 +266,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     for p in pending:
         print(f"partial  {format_bytes(p.done):>10}  {p.repo_id}/{p.filename} "
               f"({100 * p.done / max(p.total, 1):.0f}%): `specula hub download {p.repo_id} {p.filename}` resumes it")
-    if not models and not pending:
+    for m in unjoined:
+        print(f"builtin  {format_bytes(m.joined.size):>10}  {m.title}  [installed in parts: "
+              f"`specula run -m {m.key}` joins them once]")
+    if not models and not pending and not unjoined:
         print("no local models", file=sys.stderr)
     return 0

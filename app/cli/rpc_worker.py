@@ -34,7 +34,7 @@ def worker_command(args: argparse.Namespace, program: str) -> list[str]:
 
 
 def cmd_rpc_worker(args: argparse.Namespace) -> int:
-    from app.engine.llama_server.programs import RPC_SERVER, find_program, missing_reason
+    from app.engine.llama_server.programs import RPC_SERVER, find_program, missing_reason, start_program
 
     program = find_program(RPC_SERVER)
     if program is None:
@@ -47,8 +47,8 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
         print(f"specula: {WARNING}", file=sys.stderr)
     print(f"specula: RPC worker on {args.host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     with tempfile.TemporaryFile(prefix="specula-rpc-worker-") as log:
-        worker = subprocess.Popen(worker_command(args, str(program)), stdin=subprocess.DEVNULL, stdout=log,
-                                  stderr=subprocess.STDOUT)
+        worker = start_program(worker_command(args, str(program)), stdin=subprocess.DEVNULL, stdout=log,
+                               stderr=subprocess.STDOUT)
         try:
             code = worker.wait()
         except KeyboardInterrupt:

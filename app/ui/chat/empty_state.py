@@ -1,8 +1,8 @@
 """First launch with no model: the chat area says what to do instead of showing an empty page.
 
-`EmptyState` is the page (the chat panel shows it in place of the conversation); its three
-buttons load the built-in demo model with the default drafter, open Discover, or add a folder of GGUF
-files. `EmptyStateController` decides when it shows (no model loaded and the open chat has no
+`EmptyState` is the page (the chat panel shows it in place of the conversation); its four
+buttons load the built-in demo model with the default drafter, load a real main + draft pair (the
+window's PairOffer gets its files ready first), open Discover, or add a folder of GGUF files. `EmptyStateController` decides when it shows (no model loaded and the open chat has no
 messages) and turns its buttons into the window's own actions.
 """
 
@@ -16,7 +16,7 @@ from PySide6.QtGui import QPixmap, QResizeEvent
 from PySide6.QtWidgets import QBoxLayout, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.desktop_entry import icon_png
-from app.hub.builtin import BUILTIN_MODELS, DEFAULT_DEMO, builtin_path, is_installed
+from app.hub.builtin import BUILTIN_MODELS, DEFAULT_DEMO, PAIR_SIZE_TEXT, builtin_path, is_installed
 from app.ui.common.style import small_muted_label
 from app.worker.requests import DEFAULT_DRAFTER, DRAFTER_TEXT
 
@@ -24,12 +24,15 @@ log = logging.getLogger(__name__)
 
 DEMO_TITLE = next(m.title for m in BUILTIN_MODELS if m.key == DEFAULT_DEMO)
 SIDE_BY_SIDE_WIDTH = 540  # narrower than this, each note goes under its button
+DEMO_BUTTON = "Load the demo model"
+PAIR_BUTTON = f"Load a real main + draft pair ({PAIR_SIZE_TEXT})"
 
 
 class EmptyState(QFrame):
     """The welcome page. Emits what the user asked for; knows nothing of the window."""
 
     demoRequested = Signal()
+    pairRequested = Signal()  # also cancels getting the pair ready, while that runs
     discoverRequested = Signal()
     addFolderRequested = Signal()
 
@@ -52,11 +55,14 @@ class EmptyState(QFrame):
         intro.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
         self._demo_available = True
-        self.demo_button = _wide_button("Load the demo model")
+        self.demo_button = _wide_button(DEMO_BUTTON)
         self.demo_button.setDefault(True)
         self.demo_button.clicked.connect(self.demoRequested)
         self.demo_note = small_muted_label(
             f"{DEMO_TITLE}: built in, no download; drafts by prompt lookup, the n-gram cache and ngram-mod.", selectable=False)
+        self.pair_button = _wide_button(PAIR_BUTTON)
+        self.pair_button.clicked.connect(self.pairRequested)
+        self.pair_note = small_muted_label("", selectable=False)  # the controller says where it comes from
         self.discover_button = _wide_button("Discover models…")
         self.discover_button.clicked.connect(self.discoverRequested)
         discover_note = small_muted_label(
@@ -67,11 +73,15 @@ class EmptyState(QFrame):
         folder_note = small_muted_label(
             "Already have GGUF files? Add their folder to the library.", selectable=False)
 
+        buttons = (self.demo_button, self.pair_button, self.discover_button, self.folder_button)
+        widest = max(b.sizeHint().width() for b in buttons)
+        for button in buttons:  # one width: the notes beside them start on one line
+            button.setMinimumWidth(widest)
         actions = QVBoxLayout()  # box layouts give wrapped notes the height they need
         actions.setSpacing(12)
         self._rows: list[QBoxLayout] = []
-        for button, note in ((self.demo_button, self.demo_note), (self.discover_button, discover_note),
-                             (self.folder_button, folder_note)):
+        for button, note in ((self.demo_button, self.demo_note), (self.pair_button, self.pair_note),
+                             (self.discover_button, discover_note), (self.folder_button, folder_note)):
             row = QBoxLayout(QBoxLayout.Direction.LeftToRight)
             row.setSpacing(10)
             row.addWidget(button, 0, Qt.AlignmentFlag.AlignTop)
@@ -123,10 +133,22 @@ class EmptyState(QFrame):
         if not available:
             self.set_status(why_not)
 
-    def set_loading(self, loading: bool, what: str = "the model") -> None:
-        self.demo_button.setText("Loading…" if loading else "Load the demo model")
+    def set_loading(self, loading: bool, what: str = "the model", pair: bool = False) -> None:
+        """pair: the real pair is what loads (its button says so, not the demo's)."""
+        self.demo_button.setText("Loading…" if loading and not pair else DEMO_BUTTON)
+        self.pair_button.setText("Loading…" if loading and pair else PAIR_BUTTON)
         self.demo_button.setEnabled(not loading and self._demo_available)
+        self.pair_button.setEnabled(not loading)
         self.set_status(f"Loading {what}… (progress in the Model tab)" if loading else "")
+
+    def set_pair_note(self, text: str) -> None:
+        self.pair_note.setText(html.escape(text))
+        self.layout().invalidate()  # a shown page lays a wrapped label out again only when told
+
+    def set_pair_busy(self, busy: bool) -> None:
+        """While the pair's files are made ready its button cancels that, and the demo waits."""
+        self.pair_button.setText("Cancel" if busy else PAIR_BUTTON)
+        self.demo_button.setEnabled(not busy and self._demo_available)
 
     def set_status(self, text: str) -> None:
         self.status.setText(html.escape(text))
@@ -152,6 +174,12 @@ class EmptyStateController(QObject):
         self._demo_pending = False  # the demo was asked for before the library listed it
         self._loading_what: str | None = None  # what is being loaded, while a load runs
         self.page.demoRequested.connect(self.load_demo)
+        offer = window.pair_offer
+        self.page.set_pair_note(offer.note())
+        self.page.pairRequested.connect(offer.toggle)
+        offer.busyChanged.connect(self.page.set_pair_busy)
+        offer.status.connect(self.page.set_status)
+        offer.loading.connect(self._on_pair_loading)
         self.page.discoverRequested.connect(self.open_discover)
         self.page.addFolderRequested.connect(window.library.choose_folder)
         window.panel.view.messagesChanged.connect(self.refresh)
@@ -225,6 +253,10 @@ class EmptyStateController(QObject):
         self._loading_what = DEMO_TITLE
         self.page.set_loading(True, DEMO_TITLE)
         self.window.load_pair(spec)
+
+    def _on_pair_loading(self, what: str) -> None:
+        self._loading_what = what
+        self.page.set_loading(True, what, pair=True)
 
     def open_discover(self) -> None:
         tabs = self.window.models_tabs

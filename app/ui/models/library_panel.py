@@ -1,7 +1,8 @@
 """The Library tab: every local model with its header facts; add files and folders.
 
 Headers are read on a background thread (the built-in Gemma is assembled from its parts the first
-time, which takes seconds), so the window never waits for a disk. Files and folders the user adds
+time, which takes seconds), so the window never waits for a disk. The real main + draft pair is
+offered here too (its 1.6 GB are made ready on request: app.ui.shell.pair_offer). Files and folders the user adds
 are remembered in the settings. A file that cannot be used stays listed, greyed, with the reason.
 """
 
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.hub.builtin import PAIR_SIZE_TEXT
 from app.ui.models.library import BUILTIN, CACHE, FILE, FOLDER, LibraryEntry, count_text, scan_library
 from app.ui.common.style import small_muted_label
 from app.worker.tasks import BackgroundTask
@@ -35,6 +37,7 @@ COLUMNS = ["Model", "Source", "Arch", "Params", "Quant"]  # the rest: in the det
 SOURCE_TEXT = {BUILTIN: "built-in", CACHE: "HF cache", FOLDER: "folder", FILE: "file"}
 FILES_KEY, FOLDERS_KEY = "library/files", "library/folders"
 PATH_ROLE = Qt.ItemDataRole.UserRole
+PAIR_BUTTON = f"Load a real main + draft pair ({PAIR_SIZE_TEXT})"
 
 
 def row_texts(entry: LibraryEntry) -> list[str]:
@@ -62,11 +65,13 @@ def settings_list(settings: QSettings, key: str) -> list[str]:
 
 class LibraryPanel(QWidget):
     """entriesChanged(list[LibraryEntry]) after each scan; mainChosen(path) on double-click;
-    message(str) for the status bar (e.g. why an added file was refused)."""
+    message(str) for the status bar (e.g. why an added file was refused); pairRequested() from
+    the real pair's offer (app.ui.shell.pair_offer), which also cancels it while it runs."""
 
     entriesChanged = Signal(list)
     mainChosen = Signal(str)
     message = Signal(str)
+    pairRequested = Signal()
 
     def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -101,13 +106,21 @@ class LibraryPanel(QWidget):
         self.remove_button.setToolTip("Forget the selected file or folder (nothing is deleted from disk)")
         self.remove_button.clicked.connect(self.remove_selected)
         self.status = small_muted_label("Reading model headers…", selectable=False)
+        self.pair_button = QPushButton(PAIR_BUTTON)
+        self.pair_button.clicked.connect(self.pairRequested)
+        self.pair_note = small_muted_label("", selectable=True)
+        self._pair_note_text = ""
 
         buttons = QHBoxLayout()
         for button in (self.add_file_button, self.add_folder_button, self.remove_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
+        pair = QHBoxLayout()
+        pair.addWidget(self.pair_button, 0, Qt.AlignmentFlag.AlignTop)
+        pair.addWidget(self.pair_note, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(buttons)
+        layout.addLayout(pair)
         layout.addWidget(self.tree, 1)
         layout.addWidget(self.details)
         layout.addWidget(self.status)
@@ -163,6 +176,20 @@ class LibraryPanel(QWidget):
         folder = QFileDialog.getExistingDirectory(self, "Add a folder of GGUF models", str(Path.home()))
         if folder:
             self.add_folder(folder)
+
+    # --- the real pair's offer ------------------------------------------------------------------
+
+    def set_pair_note(self, text: str) -> None:
+        self._pair_note_text = text
+        self.pair_note.setText(html.escape(text))
+
+    def set_pair_status(self, text: str) -> None:
+        """How far getting the pair ready is, or why it failed; the offer's note when empty."""
+        self.pair_note.setText(html.escape(text or self._pair_note_text))
+
+    def set_pair_busy(self, busy: bool) -> None:
+        self.pair_button.setText("Cancel" if busy else PAIR_BUTTON)
+        self.pair_button.setToolTip("Stop getting the pair ready (a download keeps what arrived)" if busy else "")
 
     # --- scanning -----------------------------------------------------------------------------
 
@@ -220,7 +247,7 @@ class LibraryPanel(QWidget):
         entry = self._entry(item.data(0, PATH_ROLE)) if item is not None else None
         if entry is None:
             return
-        where = {BUILTIN: "built-in demo model", CACHE: f"Hugging Face cache: {entry.path}"}.get(entry.source, entry.path)
+        where = {BUILTIN: "built-in model", CACHE: f"Hugging Face cache: {entry.path}"}.get(entry.source, entry.path)
         if entry.usable:
             copies = html.escape(copies_text(entry)).replace("\n", "<br>")
             self.details.setText(f"<b>{html.escape(entry.title)}</b> · {html.escape(where)}{copies}<br>"

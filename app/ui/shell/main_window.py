@@ -43,6 +43,7 @@ from app.ui.models.serve_panel import ServePanel
 from app.ui.chat.empty_state import EmptyStateController
 from app.ui.common.paths import history_path, open_settings
 from app.ui.common.style import scrolling
+from app.ui.shell.pair_offer import PairOffer
 from app.ui.shell.wheel_guard import guard_wheel
 from app.worker.host import HostThread
 from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairChoice
@@ -216,6 +217,11 @@ class MainWindow(QMainWindow):
         self.chat_list.newChatRequested.connect(self.controller.new_chat)
         self.chat_list.chatDeleted.connect(self.controller.chat_deleted)
         self.chat_list.errorOccurred.connect(self.show_message)
+        self.pair_offer = PairOffer(self)  # the real main + draft pair, from the welcome card and the Library
+        self.library.pairRequested.connect(self.pair_offer.toggle)
+        self.pair_offer.busyChanged.connect(self.library.set_pair_busy)
+        self.pair_offer.status.connect(self.library.set_pair_status)
+        self.library.set_pair_note(self.pair_offer.note())
         self.empty_state = EmptyStateController(self)  # first launch: what to do, in the chat area
 
     # --- models -------------------------------------------------------------------------------
@@ -501,6 +507,7 @@ class MainWindow(QMainWindow):
         self.panel.flush_system_prompt()
         self.save_settings()
         self.discover.shutdown()  # a download in flight keeps its partial for next time
+        self.pair_offer.shutdown()
         self.server.stop_now()
         stopped = self.host_thread.stop(STOP_TIMEOUT_S)
         # The reply's last steps and its end are queued for this thread: deliver them, so the
