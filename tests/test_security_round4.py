@@ -157,3 +157,31 @@ def test_a_template_bomb_starts_no_llama_server(tmp_path):
 def test_real_templates_pass_the_bounds():
     assert unbounded_reason(CHATML) is None
     assert unbounded_reason("{{ raise_exception('no system role') }}") is None  # llama.cpp's to judge
+
+
+# --- item 7: a crashed program's cause, not its backtrace ---------------------------------
+
+def test_the_line_that_says_why_a_program_stopped_is_the_cause_not_the_backtrace():
+    from app.engine.llama_server.programs import telling_line
+
+    crash = ["load_tensors: loading model", "/src/ggml-rpc.cpp:612: GGML_ASSERT(status) failed",
+             "[New LWP 4242]", "0x00007f3a in __GI___wait4 () at wait4.c:30", "#0  0x00007f3a in wait4",
+             "#1  0x00007f3b in ggml_abort ()", "[Inferior 1 (process 4241) detached]"]
+    assert telling_line(crash) == "/src/ggml-rpc.cpp:612: GGML_ASSERT(status) failed"
+    assert telling_line(["starting RPC server", "Failed to create server socket"]) == "Failed to create server socket"
+    assert telling_line(["all good", "bye"]) == "bye" and telling_line([]) == "no output"
+
+
+def test_a_second_rpc_worker_on_a_taken_port_says_so(tmp_path):
+    import socket
+
+    from tests.test_llama_server import _require_server
+
+    _require_server()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _specula("rpc-worker", "--port", str(port), timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"Failed to create server socket (is port {port} in use" in done.stderr, done.stderr

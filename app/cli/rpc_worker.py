@@ -34,7 +34,8 @@ def worker_command(args: argparse.Namespace, program: str) -> list[str]:
 
 
 def cmd_rpc_worker(args: argparse.Namespace) -> int:
-    from app.engine.llama_server.programs import RPC_SERVER, find_program, missing_reason, start_program
+    from app.engine.llama_server.programs import (RPC_SERVER, find_program, missing_reason, start_program,
+                                                  telling_line)
 
     program = find_program(RPC_SERVER)
     if program is None:
@@ -59,6 +60,8 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
         lines = [line.strip() for line in log.read(1 << 20).decode("utf-8", "replace").splitlines() if line.strip()]
     # It serves until stopped: ending by itself is a failure, whatever its exit code (llama.cpp's
     # rpc-server exits 0 after "Failed to create server socket").
-    print(f"specula: error: the RPC worker stopped (exit {code}): {lines[-1] if lines else 'no output'}",
-          file=sys.stderr)
+    why = telling_line(lines)
+    if "server socket" in why:  # rpc-server says no more than that when it cannot bind
+        why += f" (is port {args.port} in use, e.g. by another worker, or {args.host} not this machine's?)"
+    print(f"specula: error: the RPC worker stopped (exit {code}): {why}", file=sys.stderr)
     return 1

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.client import ServerClient, ServerError
-from app.engine.llama_server.programs import SERVER, find_program, missing_reason, start_program
+from app.engine.llama_server.programs import SERVER, find_program, missing_reason, start_program, telling_line
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,8 @@ class LlamaServer:
         errors = [m.group(2) for m in parsed if m and m.group(1) == "E"]
         kept = errors or [m.group(2) if m else "" for m in parsed]
         kept = [" ".join(line.split()) for line in kept if line.strip()]
+        if not errors:  # a crash: its cause, not the backtrace printed after it
+            return telling_line(kept)
         return "; ".join(kept[-lines:]) or "no output"
 
     def stop(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,3 +152,18 @@ def _kill_with_job(process: subprocess.Popen) -> None:
             or not kernel32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(process._handle))):
         raise OSError(f"job object: error {ctypes.get_last_error()}")
     _kept_for_life.append(job)
+
+
+# What a crashing llama.cpp program prints after its cause: ggml_abort's backtrace through gdb
+# ("#0  0x... in ...", "[New LWP ...]", ptrace's complaints), which told a user nothing.
+_BACKTRACE = re.compile(r"^(#\d+\s|\[New |\[Thread |\[Inferior |Thread \d|ptrace|Could not attach|No stack|"
+                        r"0x[0-9a-fA-F]+ in |\(gdb\)|warning: (process|Unable))")
+_CAUSE = re.compile(r"(?i)error|fail|cannot|could not|unable|assert|abort|in use|refused|no such|denied|out of memory")
+
+
+def telling_line(lines: list[str]) -> str:
+    """The line of a program's output that says why it stopped: the last one naming a failure,
+    backtrace lines left out; else its last line ("no output" where none)."""
+    kept = [line for line in lines if line.strip() and not _BACKTRACE.match(line.strip())]
+    causes = [line for line in kept if _CAUSE.search(line)]
+    return (causes or kept or ["no output"])[-1].strip()
