@@ -15,6 +15,7 @@ qemu-x86_64 (Debian's qemu-user) and skip without it.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -34,11 +35,13 @@ QEMU = shutil.which("qemu-x86_64") if platform.machine() in ("x86_64", "AMD64") 
 pytestmark = pytest.mark.skipif(not VARIANTS, reason="SPECULA_LLAMA_VARIANTS (the variants build's folder) not set")
 
 
-def self_test(tmp_path: Path, llama_dir: str | None, cpu: str | None = None) -> subprocess.CompletedProcess:
-    """llama.cpp's self-test in a child process, with the build in `llama_dir` (None: the
-    venv's), on the CPU qemu emulates (None: this one), with an empty cache."""
+def self_test(tmp_path: Path, llama_dir: str | None, cpu: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """llama.cpp's self-test child in a process of its own, with the build in `llama_dir` (None:
+    the venv's), on the CPU qemu emulates (None: this one), with an empty cache: ggml's own pick
+    of CPU backend, by what CPUID offers."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join(p for p in (llama_dir, str(ROOT)) if p))
+               PYTHONPATH=os.pathsep.join(p for p in (llama_dir, str(ROOT)) if p), **(env or {}))
     cmd = [sys.executable, "-m", "app.engine.backends.llamacpp.probe"]
     if cpu is not None:
         cmd = [QEMU, "-cpu", cpu, *cmd]
@@ -50,17 +53,44 @@ def features(line: str) -> set[str]:
     return set(re.findall(r"(\w+) = 1", line))
 
 
+# The app's way: the self-test's parent (ggml's pick first, the next best while one crashes),
+# then the demo decoded in this process with the backends it left in.
+_APP_WAY = """
+from app.engine.backends.llamacpp import lib, probe
+ok, why = probe.probe(fresh=True)
+assert ok, why
+print("skipped:", ",".join(probe.skipped_variants()), "of", ",".join(lib.cpu_variants()))
+print(probe.run(probe.demo_model()))
+"""
+
+
+def app_way(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join((VARIANTS, str(ROOT))),
+               SPECULA_LLAMACPP_PROBE="1", **env)
+    env.pop("SPECULA_LLAMA_CPU_SKIP", None)
+    return subprocess.run([sys.executable, "-c", _APP_WAY], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+
+
 def test_the_variants_build_runs_here_with_its_best_backend(tmp_path):
+    """The best CPU backend that runs here: ggml's pick, or where that crashes (an AMX backend on
+    a virtual machine that does not grant tile state dies of SIGILL) the next best."""
     from app.engine.backends.llamacpp import lib as llamacpp_lib
 
-    done = self_test(tmp_path, VARIANTS)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("ok: SmolLM2"), done.stdout
+    done = app_way(tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    skipped, line = done.stdout.strip().splitlines()[-2:]
+    assert line.startswith("ok: SmolLM2"), done.stdout
+    left_out, offered = (part.split(",") if part else [] for part in skipped.removeprefix("skipped: ").split(" of "))
+    assert left_out == offered[:len(left_out)] and len(left_out) < len(offered), skipped
+    if left_out:  # each one left out crashes here on its own
+        alone = self_test(tmp_path, VARIANTS, env={"SPECULA_LLAMA_CPU_SKIP": ""})
+        assert alone.returncode < 0, alone.stdout
     assert len(list((Path(VARIANTS) / "bin").glob("libggml-cpu-*"))) >= (8 if platform.machine() == "x86_64" else 1)
     # Its backend uses at least what the portable build does, wherever that runs here.
     portable = self_test(tmp_path, None)
     if portable.returncode == 0:
-        assert features(portable.stdout) - {"LLAMAFILE", "OPENMP", "REPACK"} <= features(done.stdout)
+        assert features(portable.stdout) - {"LLAMAFILE", "OPENMP", "REPACK"} <= features(line)
     assert llamacpp_lib.cpu_backend_dir() is None  # the venv's portable build: one backend, linked in
 
 
@@ -97,3 +127,17 @@ def test_the_portable_build_needs_avx2(tmp_path):
     without AVX2 (the probe's child process is what keeps that from the user)."""
     done = self_test(tmp_path, None, "Nehalem")
     assert done.returncode in (-signal.SIGILL, 128 + signal.SIGILL), (done.returncode, done.stdout, done.stderr[-500:])
+
+
+def test_a_crashing_best_backend_is_left_out_for_the_next_best(tmp_path):
+    """The fallback wherever CI runs: the self-test's child dies of SIGILL while it has ggml's own
+    pick (SPECULA_PROBE_FAULT=ill-best), so the parent leaves that backend out, the next best
+    passes for real, and the verdict keeps the choice for the next start."""
+    done = app_way(tmp_path, SPECULA_PROBE_FAULT="ill-best")
+    assert done.returncode == 0, done.stderr[-2000:]
+    skipped, line = done.stdout.strip().splitlines()[-2:]
+    left_out, offered = (part.split(",") for part in skipped.removeprefix("skipped: ").split(" of "))
+    assert left_out == offered[:1] and line.startswith("ok: SmolLM2"), done.stdout
+    assert "CPU backend crashed here in the self-test and is left out" in done.stderr
+    kept = json.loads((tmp_path / "cache" / "specula" / "llamacpp-probe.json").read_text())
+    assert [entry.get("skip") for entry in kept.values()] == [left_out], kept

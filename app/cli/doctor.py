@@ -24,6 +24,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 1
     ok, why = llamacpp_probe.probe(fresh=True)
     print(f"llama.cpp {llamacpp_lib.version()}: self-test " + ("passed on this CPU" if ok else f"failed: {why}"))
+    if llamacpp_probe.variants_note():
+        print(llamacpp_probe.variants_note())
     for name in (SERVER, RPC_SERVER):
         found = find_program(name)
         print(f"{name}: {found}" if found else f"{name}: {missing_reason(name)}")

@@ -13,7 +13,9 @@ import ctypes
 import hashlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -111,15 +113,80 @@ def cpu_backend_dir() -> Path | None:
     return None
 
 
+# The CPU backends the self-test found crashing here, comma-separated: set by the self-test's
+# parent for its child (empty: ggml's own pick); unset, the cached verdict says.
+SKIP_ENV = "SPECULA_LLAMA_CPU_SKIP"
+
+
 def _load_cpu_backends(lib: Any) -> None:
     """llama_backend_init looks for loadable backends only in the executable's folder and the
-    working directory: load the CPU backends from where the build keeps them."""
+    working directory: load the CPU backends from where the build keeps them, less those that
+    crashed here in the self-test (an AMX backend on a virtual machine that does not grant tile
+    state dies of SIGILL though CPUID offers AMX), ggml picking the best of the rest."""
     folder = cpu_backend_dir()
     if folder is None:
         return
+    skip = skipped_cpu_variants()
+    source = _folder_without(folder, skip) if skip else folder
     ggml = _loaded_ggml()
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-    ggml.ggml_backend_load_all_from_path(str(folder).encode())
+    try:
+        ggml.ggml_backend_load_all_from_path(str(source).encode())
+    finally:
+        if source != folder:
+            shutil.rmtree(source, ignore_errors=True)  # loaded libraries stay mapped
+
+
+def skipped_cpu_variants() -> list[str]:
+    if SKIP_ENV in os.environ:
+        return [name for name in os.environ[SKIP_ENV].split(",") if name]
+    from app.engine.backends.llamacpp import probe  # imports this module: not at the top
+
+    return probe.skipped_variants()
+
+
+def variant_name(path: Path) -> str:
+    """'libggml-cpu-haswell.so' -> 'haswell'."""
+    return path.name.split("ggml-cpu-", 1)[-1].split(".", 1)[0]
+
+
+def cpu_variants() -> list[str]:
+    """A variants build's CPU backends that this CPU's features admit, best first by ggml's own
+    score (what it compares when it picks one); [] for a build with one CPU backend linked in."""
+    folder = cpu_backend_dir()
+    if folder is None:
+        return []
+    import llama_cpp.llama_cpp  # noqa: F401 - loads libggml-base, which the backends need by soname
+    import _ctypes
+
+    close = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary")
+    scored = []
+    for path in sorted(p for pattern in _CPU_BACKENDS for p in folder.glob(pattern)):
+        try:
+            backend = ctypes.CDLL(str(path), mode=getattr(os, "RTLD_LOCAL", 0))
+        except OSError:
+            continue
+        try:
+            backend.ggml_backend_score.restype = ctypes.c_int
+            scored.append((backend.ggml_backend_score(), variant_name(path)))
+        except AttributeError:
+            pass
+        finally:
+            close(backend._handle)
+    return [name for score, name in sorted(scored, reverse=True) if score > 0]
+
+
+def _folder_without(folder: Path, skip: list[str]) -> Path:
+    """A temporary folder of links to the build's backends, less the CPU variants in `skip`."""
+    view = Path(tempfile.mkdtemp(prefix="specula-ggml-"))
+    for path in folder.iterdir():
+        if "ggml-cpu-" in path.name and variant_name(path) in skip:
+            continue
+        try:
+            (view / path.name).symlink_to(path)
+        except OSError:  # no symbolic links here (Windows without the right)
+            shutil.copy2(path, view / path.name)
+    return view
 
 
 def _loaded_ggml() -> ctypes.CDLL:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 180
 _probe_verdict: tuple[bool, str] | None = None
+_skipped: list[str] = []  # CPU backends left out here (skipped_variants)
 
 
 # --- the parent half: run the child, judge its ending, keep the verdict -------------------------
@@ -74,11 +75,12 @@ def probe(fallback_model: str | Path | None = None, fresh: bool = False) -> tupl
     cached = _read_verdicts().get(key)
     if not fresh and isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
         _probe_verdict = (cached["ok"], str(cached.get("reason", "")))
+        _skipped[:] = _names(cached.get("skip"))
         return _probe_verdict
     crashes = _count(cached.get("crashes")) if isinstance(cached, dict) and not fresh else 0
-    ok, reason, kind = _run_probe(model_path)
+    ok, reason, kind, skip = _probe_variants(model_path)
     if ok or kind == CPU_VERDICT:
-        _store_verdict(key, {"ok": ok, "reason": reason})
+        _store_verdict(key, {"ok": ok, "reason": reason, "skip": skip})
     elif kind == CRASH:
         crashes += 1
         if crashes >= _CRASHES_FOR_VERDICT:
@@ -100,18 +102,57 @@ _CPU_SIGNALS = ("SIGILL",)  # an instruction this CPU does not have: the build c
 _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE")  # also an AMX tile fault; also memory, so only when repeated
 
 
+def skipped_variants() -> list[str]:
+    """The CPU backends of a variants build that crashed here in the self-test (best first), which
+    the library then leaves out; runs the self-test if this process has not."""
+    if _probe_verdict is None:
+        probe()
+    return list(_skipped)
+
+
+def variants_note() -> str:
+    """One line on CPU backends left out here; empty if none."""
+    if not _skipped:
+        return ""
+    return (f"llama.cpp's {', '.join(_skipped)} CPU backend crashed here in the self-test "
+            "and is left out; ggml picks the best of the rest")
+
+
+def _names(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str) and v.isidentifier()] if isinstance(value, list) else []
+
+
+def _probe_variants(model_path: str | Path | None) -> tuple[bool, str, str, list[str]]:
+    """The self-test with ggml's pick of CPU backend and, while that crashes and a variants build
+    has another, with the next best (CPUID may offer what a virtual machine does not grant):
+    (passed, why not, kind, the variants left out)."""
+    variants = llamacpp_lib.cpu_variants()
+    skip: list[str] = []
+    while True:
+        ok, reason, kind = _run_probe(model_path, skip)
+        if ok or kind not in (CPU_VERDICT, CRASH) or len(skip) + 1 >= len(variants):
+            _skipped[:] = skip if ok else []
+            if ok and skip:
+                log.warning("%s", variants_note())
+            return ok, reason, kind, skip
+        log.warning("llama.cpp's %s CPU backend failed its self-test here (%s); trying the next best",
+                    variants[len(skip)], reason)
+        skip.append(variants[len(skip)])
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 100 else 0
 
 
-def _run_probe(model_path: str | Path | None) -> tuple[bool, str, str]:
+def _run_probe(model_path: str | Path | None, skip: list[str]) -> tuple[bool, str, str]:
     """(passed, why not, what kind of failure: CPU_VERDICT, CRASH or PASSING)."""
     # Through the `specula` entry point's hidden flag (app.cli.PROBE_FLAG): a bundled app's
     # executable is that entry point and has no `python -m`.
     entry = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "app"]
     cmd = [*entry, "--llama-cpp-self-test", str(model_path)]
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+               **{llamacpp_lib.SKIP_ENV: ",".join(skip)})
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
@@ -171,7 +212,11 @@ def run(model: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    fault = {"segv": signal.SIGSEGV, "ill": signal.SIGILL}.get(os.environ.get("SPECULA_PROBE_FAULT", ""))
+    os.environ.setdefault(llamacpp_lib.SKIP_ENV, "")  # a child runs the backend it is given, never a probe
+    wanted = os.environ.get("SPECULA_PROBE_FAULT", "")
+    if wanted == "ill-best" and not os.environ[llamacpp_lib.SKIP_ENV]:
+        wanted = "ill"  # the tests' stand-in for a best CPU backend that crashes here (an AMX VM)
+    fault = {"segv": signal.SIGSEGV, "ill": signal.SIGILL}.get(wanted)
     if fault is not None:
         # The tests' stand-in for a build that crashes on this CPU (a native build died in
         # llama_decode on an AMX virtual machine; an older CPU dies of SIGILL): the parent must
