@@ -14,13 +14,11 @@ def register(sub) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from app.engine.backends.llamacpp import lib as llamacpp_lib, probe as llamacpp_probe
-    from app.engine.backends.llamacpp.lib import BackendUnavailable
     from app.engine.llama_server.programs import RPC_SERVER, SERVER, find_program, missing_reason
 
-    try:
-        llamacpp_lib.binding()
-    except BackendUnavailable as exc:
-        print(f"llama.cpp: {exc}")
+    problem = llamacpp_lib.import_problem()
+    if problem is not None:
+        print(f"llama.cpp: {problem}")
         return 1
     ok, why = llamacpp_probe.probe(fresh=True)
     print(f"llama.cpp {llamacpp_lib.version()}: self-test " + ("passed on this CPU" if ok else f"failed: {why}"))

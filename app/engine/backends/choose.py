@@ -81,12 +81,17 @@ def _torch_after_llama_cpp(refused: ModelFileError, path: Path, info: GGUFInfo, 
 
 def llama_cpp_problem(model_path: str | Path | None = None) -> str | None:
     """None where llama.cpp can run here; else why not, in one line."""
+    problem = llamacpp_lib.import_problem()
+    if problem is not None:
+        return problem
+    ok, why = llamacpp_probe.probe(model_path)  # before the first load: it picks the CPU backend
+    if not ok:
+        return why
     try:
         llamacpp_lib.binding()
     except BackendUnavailable as exc:
         return str(exc)
-    ok, why = llamacpp_probe.probe(model_path)
-    return None if ok else why
+    return None
 
 
 def choose_backend(requested: str, model_path: str | Path | None = None, device: str = "auto",

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.engine.atomic import read_json_object
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,18 @@ class BackendUnavailable(SpeculaError):
     """llama.cpp cannot be used here; the message says why in one line."""
 
 
+def import_problem() -> str | None:
+    """Why llama-cpp-python cannot be imported here, in one line; None if it can. Loads no
+    backend (the self-test decides which CPU backend a variants build may load)."""
+    try:
+        import llama_cpp.llama_cpp  # noqa: F401
+    except ImportError:
+        return "llama-cpp-python is not installed (python3 packaging/bootstrap.py installs it)"
+    except (OSError, RuntimeError) as exc:  # the shared library itself failed to load
+        return f"llama.cpp's library failed to load: {_first_line(exc)}"
+    return None
+
+
 def binding() -> Any:
     """The initialised ``llama_cpp.llama_cpp`` module; BackendUnavailable naming why not."""
     global _binding, _import_error
@@ -44,14 +57,10 @@ def binding() -> Any:
             return _binding
         if _import_error is not None:
             raise BackendUnavailable(_import_error)
-        try:
-            import llama_cpp.llama_cpp as lib
-        except ImportError:
-            _import_error = "llama-cpp-python is not installed (python3 packaging/bootstrap.py installs it)"
-        except (OSError, RuntimeError) as exc:  # the shared library itself failed to load
-            _import_error = f"llama.cpp's library failed to load: {_first_line(exc)}"
+        _import_error = import_problem()
         if _import_error is not None:
             raise BackendUnavailable(_import_error)
+        import llama_cpp.llama_cpp as lib
         _route_log(lib)
         _load_cpu_backends(lib)
         lib.llama_backend_init()
@@ -138,11 +147,26 @@ def _load_cpu_backends(lib: Any) -> None:
 
 
 def skipped_cpu_variants() -> list[str]:
-    if SKIP_ENV in os.environ:
-        return [name for name in os.environ[SKIP_ENV].split(",") if name]
-    from app.engine.backends.llamacpp import probe  # imports this module: not at the top
+    """The CPU backends left out here: the self-test's parent names them for its child; otherwise
+    the self-test's kept verdict does (choose.py runs the self-test before the first load)."""
+    return variant_names(os.environ[SKIP_ENV].split(",") if SKIP_ENV in os.environ else cached_verdict().get("skip"))
 
-    return probe.skipped_variants()
+
+def variant_names(value: Any) -> list[str]:
+    """The CPU variants' names in a list read from a file or the environment; others dropped."""
+    return [name for name in value if isinstance(name, str) and name.isidentifier()] if isinstance(value, list) else []
+
+
+def verdict_file() -> Path:
+    """Where the self-test's verdicts are kept, one per build_key."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specula" / "llamacpp-probe.json"
+
+
+def cached_verdict() -> dict[str, Any]:
+    """The self-test's kept verdict for this build on this CPU; {} if none."""
+    entry = read_json_object(verdict_file()).get(build_key())
+    return entry if isinstance(entry, dict) else {}
 
 
 def variant_name(path: Path) -> str:

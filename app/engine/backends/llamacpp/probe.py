@@ -36,20 +36,15 @@ _skipped: list[str] = []  # CPU backends left out here (skipped_variants)
 
 # --- the parent half: run the child, judge its ending, keep the verdict -------------------------
 
-def _verdict_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specula" / "llamacpp-probe.json"
-
-
 def _read_verdicts() -> dict[str, Any]:
-    return read_json_object(_verdict_file())
+    return read_json_object(llamacpp_lib.verdict_file())
 
 
 def _store_verdict(key: str, entry: dict[str, Any]) -> None:
     data = _read_verdicts()
     data[key] = entry
     try:
-        write_json_object(_verdict_file(), data)
+        write_json_object(llamacpp_lib.verdict_file(), data)
     except OSError as exc:
         log.warning("could not save the llama.cpp probe's verdict: %s", exc)
 
@@ -75,7 +70,7 @@ def probe(fallback_model: str | Path | None = None, fresh: bool = False) -> tupl
     cached = _read_verdicts().get(key)
     if not fresh and isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
         _probe_verdict = (cached["ok"], str(cached.get("reason", "")))
-        _skipped[:] = _names(cached.get("skip"))
+        _skipped[:] = llamacpp_lib.variant_names(cached.get("skip"))
         return _probe_verdict
     crashes = _count(cached.get("crashes")) if isinstance(cached, dict) and not fresh else 0
     ok, reason, kind, skip = _probe_variants(model_path)
@@ -103,10 +98,8 @@ _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE")  # also an AMX tile fault; also
 
 
 def skipped_variants() -> list[str]:
-    """The CPU backends of a variants build that crashed here in the self-test (best first), which
-    the library then leaves out; runs the self-test if this process has not."""
-    if _probe_verdict is None:
-        probe()
+    """The CPU backends of a variants build that crashed here in this process's self-test or
+    its kept verdict (best first), which the library then leaves out."""
     return list(_skipped)
 
 
@@ -116,10 +109,6 @@ def variants_note() -> str:
         return ""
     return (f"llama.cpp's {', '.join(_skipped)} CPU backend crashed here in the self-test "
             "and is left out; ggml picks the best of the rest")
-
-
-def _names(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str) and v.isidentifier()] if isinstance(value, list) else []
 
 
 def _probe_variants(model_path: str | Path | None) -> tuple[bool, str, str, list[str]]:
