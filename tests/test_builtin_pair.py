@@ -24,7 +24,8 @@ from PySide6.QtCore import Qt
 from app.engine.errors import LoadCancelled, ModelFileError
 from app.hub import builtin
 from app.hub.assemble import Assembly, AssemblyProgress, assemble, is_assembled, part_files, stamp_of
-from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, shot  # noqa: F401
+from app.worker.requests import GenSettings
+from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, send, shot  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 _installed = pytest.mark.skipif(not builtin.pair_installed(),
@@ -229,6 +230,22 @@ def test_the_welcome_card_offers_the_pair_and_loads_the_1_5b_with_the_0_5b_draft
     assert window.picker.loaded_spec().draft_path == str(pair_files[1])
     assert page.pair_button.text() == "Load a real main + draft pair (1.6 GB)"
     shot(window, "57-1-the-pair-loaded")
+
+    # The why-panel beside the live charts: what the schedule priced in a real reply, drawn.
+    assert window.why.prices is None and window.why.words.text().startswith("Nothing to weigh yet")
+    summary = send(qtbot, window, "Write a Python function that reverses a string.",
+                   GenSettings(temperature=0.0, max_tokens=24))
+    prices = window.why.prices
+    assert prices is not None and list(prices.step_costs) == list(summary["step_costs"]) and len(prices.step_costs) == 17
+    assert prices.draft_token == summary["draft_token_cost"] > 0  # a draft model's tokens cost something
+    reading = prices.break_even(window.why.seen)
+    assert window.why.words.text().lower().startswith(reading.sentence()[:40].lower())
+    assert "a drafted token costs" in window.why.words.text().lower() and summary["break_even"].split(":")[0] in \
+        window.why.words.text().lower()
+    if reading.acceptance is not None:  # the drawn curve crosses the break-even line where the words say
+        assert abs(prices.speedup(reading.acceptance, reading.length) - 1.0) < 1e-3
+    assert (window.why.seen is None) == (summary["n_drafted"] == 0)
+    shot(window, "57-5-why-panel-on-the-real-pair")
 
 
 def test_the_offer_shows_the_join_runs_off_the_gui_thread_cancels_and_loads(qtbot, data_dir, tiny_paths, monkeypatch):

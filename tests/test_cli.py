@@ -407,10 +407,14 @@ def test_bench_without_llama_server_says_so_in_one_line(specula, tiny_paths, tmp
     require_llama_cpp()
     monkeypatch.setenv("SPECULA_LLAMA_BIN", str(tmp_path))  # a folder without it
     code, out, err = specula("bench", "-m", str(tiny_paths["llama-q8"]), "-n", "4", "--prompts", "chat", "--no-hf",
-                             "--no-llama-cpp", "--backend", "llama.cpp")
+                             "--no-llama-cpp", "--backend", "llama.cpp", "--explain")
     assert code == 0, err
     assert one_line(err).startswith("specula: llama-server is not built here") and "rows are left out" in err
     assert "server " not in out
+    # --explain: each priced row of ours says what its drafts cost and the acceptance they need
+    why = out[out.index("why, row by row"):].splitlines()[1:]
+    assert why and all(line.startswith("  chat / ") for line in why)
+    assert all("a verify of 4 drafts" in line and "acceptance" in line for line in why), why
 
 
 def test_bench_repeats_run_in_rounds_and_keep_each_rows_run_of_median_time():

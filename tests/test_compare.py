@@ -169,7 +169,7 @@ def test_text_table_says_how_it_was_measured(saved):
     text = format_table(saved[0])
     assert "greedy" in text and f"fixed draft lengths {K}" in text and "peak RSS" in text
     header = next(line for line in text.splitlines() if line.startswith("category"))
-    assert header.split()[-1] == "identical"
+    assert header.split()[-2:] == ["identical", "why"]
     assert sum(1 for line in text.splitlines() if line.startswith("all ")) == 4
 
 
@@ -306,7 +306,7 @@ def test_cli_table_and_exports(tiny_paths, tmp_path):
     # Three runs of every drafter by default (-r 3): a winner needs a spread apart from plain decoding's.
     assert "[17/18] llama-other · chat (2/2, run 3/3)" in progress and progress[-1] == "[18/18] complete"
     lines = result.stdout.splitlines()
-    assert any(line.startswith("category") and line.endswith("identical") for line in lines)
+    assert any(line.startswith("category") and line.endswith("identical  why") for line in lines)
     assert lines[-2].startswith("verdict: lookup:") and "llama-other:" in lines[-2]  # the file's name, not its general.name
     assert lines[-1].startswith("reproduce the fastest (") and "specula run -m " in lines[-1]
     run = load_run(out["json"])

@@ -110,6 +110,16 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     table.sortByColumn(column, Qt.SortOrder.DescendingOrder)
     speeds = [float(table.cell_text(row, "tok/s")) for row in range(9)]
     assert speeds == sorted(speeds, reverse=True)
+    # Why, per row: the acceptance each adaptive drafter's drafts need here, from its schedule's prices
+    why = table.table_model.columns().index("Why")
+    for row in range(9):
+        config, text = table.cell_text(row, "Config"), table.cell_text(row, "Why")
+        if config == NONE:
+            assert text == "-"
+        else:
+            assert text.startswith(("pays above", "no draft pays")), text
+            tip = table.model().index(row, why).data(Qt.ItemDataRole.ToolTipRole)
+            assert "a verify of 4 drafts" in tip and tip.endswith(".")
     shot(window, "compare-run")
 
     assert window.csv_button.isEnabled() and window.png_button.isEnabled()

@@ -60,6 +60,7 @@ class BenchRow:
     identical: bool
     # Where a row of ours left plain decoding: "tie@12" at a near-tie (app.engine.loop.fidelity), else None.
     divergence: str | None = None
+    why: str | None = None  # our rows: why drafting pays here or not (RunSummary.break_even), where priced
 
 
 @torch.inference_mode()
@@ -152,6 +153,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     note = _identity_note(rows, main)
     if note:
         print(note)
+    if args.explain:
+        print()
+        print(format_why(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([asdict(r) for r in rows], handle, indent=2)
@@ -321,6 +325,7 @@ def _prompt_rows(category: str, results: dict[tuple[str, str], list[_Run]], ids:
         row = _row(category, name, run, "ours", plain, _paired_speedups("ours", done, baseline),
                    summary.accept_rate if name != NONE else None,
                    summary.mean_accepted_length if name != NONE else None)
+        row = dataclasses.replace(row, why=summary.break_even)
         if not row.identical and judge is not None:
             row = dataclasses.replace(row, divergence=judge(ids, plain, tokens))
         rows.append(row)
@@ -380,3 +385,12 @@ def format_table(rows: list[BenchRow], limit: float | None = None) -> str:
                      f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}{share}  "
                      f"{'yes' if r.identical else r.divergence or 'NO'}")
     return "\n".join(lines)
+
+
+def format_why(rows: list[BenchRow]) -> str:
+    """`--explain`: each of our priced rows' sentence, under the prompt it ran on."""
+    lines = ["why, row by row (the schedule's prices in the row's median run):"]
+    for r in rows:
+        if r.why:
+            lines.append(f"  {r.prompt} / {r.config}: {r.why}")
+    return "\n".join(lines) if len(lines) > 1 else "why: no row of ours priced its drafts (fixed lengths or none)"

@@ -28,6 +28,9 @@ def register(sub) -> None:
     bench.add_argument("--server-swa-window", action="store_true", help="run llama-server with its default window-sized cache for sliding-window layers instead of --swa-full, which our engine uses (Gemma 3's texts then differ at near-ties)")
     bench.add_argument("--draft-sweep", metavar="K,K,...", help="also run each drafter with these fixed draft lengths (e.g. 2,4,8,16) beside the adaptive default")
     bench.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    bench.add_argument("--explain", action="store_true",
+                       help="after the table, say for each of our rows why drafting pays here or not: what a drafted "
+                            "token and a verify cost against a main-model token, and the acceptance a draft needs")
     bench.set_defaults(func=_run_bench)
 
 

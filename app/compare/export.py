@@ -38,7 +38,7 @@ def header_lines(run: CompareRun) -> list[str]:
 def format_table(run: CompareRun) -> str:
     rows = table_rows(run)
     header = (f"{'category':<10} {'config':<24} {'tokens':>6} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
-              f"{'acc/step':>8} {'TTFT':>8} {'peak RSS':>9}  identical")
+              f"{'acc/step':>8} {'TTFT':>8} {'peak RSS':>9}  {'identical':<9}  why")
     lines = [*header_lines(run), header, "-" * len(header)]
     previous = None
     for row in rows:
@@ -57,7 +57,7 @@ def _text_row(r: Row) -> str:
     mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
     rss = f"{r.peak_rss_bytes / MiB:6.0f} MiB" if r.peak_rss_bytes is not None else f"{'-':>9}"
     return (f"{r.category[:10]:<10} {r.config[:24]:<24} {r.n_tokens:>6} {r.tps:>8.2f} {speedup} {accept} "
-            f"{mean} {r.ttft_s * 1000:6.0f}ms {rss}  {r.identical_text}")
+            f"{mean} {r.ttft_s * 1000:6.0f}ms {rss}  {r.identical_text:<9}  {r.why_text}")
 
 
 def csv_text(run: CompareRun) -> str:

@@ -12,7 +12,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, NONE, SERVER_URL, CompareRun, ConfigSpec, PromptResult
-from app.engine.loop.events import StopReason
+from app.engine.loop.events import RunSummary, StopReason
+from app.engine.loop.explain import BreakEven, Prices
 
 ALL = "all"  # the category of a configuration's overall row
 SPEED_WINDOW = 8  # tokens per window of the tokens/s-over-the-reply curve
@@ -32,6 +33,12 @@ class Row:
     peak_rss_bytes: int | None
     n_identical: int | None  # prompts whose output equals the baseline's; None for the baseline
     drafter: str = NONE
+    # Why its drafts pay here or not, from the schedule's prices in its last reply (None: unpriced).
+    why: BreakEven | None = None
+
+    @property
+    def why_text(self) -> str:
+        return self.why.short() if self.why is not None else "-"
 
     @property
     def identical_text(self) -> str:
@@ -70,7 +77,17 @@ def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tp
         peak_rss_bytes=max(rss) if rss else None,
         n_identical=sum(identical) if (drafting or config.drafter in ENGINE_KINDS) and identical else None,
         drafter=config.drafter,
+        why=_why(summaries, sum(s.n_accepted for s in summaries) / drafted if drafting and drafted else None),
     )
+
+
+def _why(summaries: list[RunSummary], acceptance: float | None) -> BreakEven | None:
+    """The break-even of the row's last priced reply, at the row's acceptance."""
+    priced = [s for s in summaries if s.step_costs and s.draft_token_cost is not None]
+    if not priced:
+        return None
+    last = priced[-1]
+    return Prices(tuple(last.step_costs), last.draft_token_cost, None).break_even(acceptance)
 
 
 def table_rows(run: CompareRun, with_all: bool = True) -> list[Row]:

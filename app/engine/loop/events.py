@@ -67,6 +67,10 @@ class RunSummary:
     # Why the schedule drafted little or nothing, in one line (None where it drafted as asked).
     schedule_note: str | None = None
     break_even: str | None = None  # why drafting pays here or not (app.engine.loop.explain), where priced
+    # The schedule's prices behind that sentence (explain.Prices): a step of k drafts against one
+    # of none, k = 0 .. 16, and one drafted token; () and None where nothing was priced.
+    step_costs: tuple[float, ...] = ()
+    draft_token_cost: float | None = None
     # The fields of to_dict this engine could not know, null there (a server speaking OpenAI's
     # API: its token ids; its draft counts where its /metrics has none): see UNKNOWN_* below.
     unknown: tuple[str, ...] = ()

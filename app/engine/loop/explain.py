@@ -36,6 +36,14 @@ class BreakEven:
                 f"{self.length}{seen}{verdict}")
 
 
+    def short(self) -> str:
+        """A table cell: 'pays above 62% at k=3 (at 80%)', 'no draft pays here'."""
+        if self.acceptance is None:
+            return "no draft pays here"
+        seen = f" (at {self.seen:.0%})" if self.seen is not None else ""
+        return f"pays above {self.acceptance:.0%} at k={self.length}{seen}"
+
+
 def expected_tokens(acceptance: float, k: int) -> float:
     return sum(acceptance ** j for j in range(k + 1))
 
@@ -70,11 +78,39 @@ def break_even(relative_cost: Callable[[int], float], draft_token: float, seen: 
     return BreakEven(draft_token, verify_4, best_k, best, seen)
 
 
-def explain_schedule(schedule) -> str | None:
-    """The sentence for a reply's adaptive schedule (a SplitSchedule: its draft model's), or
-    None where the schedule prices nothing (a fixed length, plain decoding)."""
+@dataclass(frozen=True)
+class Prices:
+    """What a reply's adaptive schedule knew at its end: the cost of a step of k drafts against
+    one of none (k = 0 .. len - 1, drafting included) and of one drafted token; the acceptance
+    seen. Plain numbers, so a summary carries them to the window, Compare and JSON."""
+
+    step_costs: tuple[float, ...]
+    draft_token: float
+    seen: float | None
+
+    def break_even(self, seen: float | None = None) -> BreakEven:
+        """At the acceptance seen in the reply, or at `seen` (the window's, as a reply streams)."""
+        lengths = tuple(range(1, len(self.step_costs)))
+        return break_even(lambda k: self.step_costs[k], self.draft_token, self.seen if seen is None else seen,
+                          lengths)
+
+    def speedup(self, acceptance: float, k: int) -> float:
+        """Tokens per plain step's time with drafts of k at this acceptance (1.0: plain's rate)."""
+        return expected_tokens(acceptance, k) / self.step_costs[k]
+
+
+def schedule_prices(schedule) -> Prices | None:
+    """A reply's adaptive schedule's prices (a SplitSchedule: its draft model's), or None where
+    the schedule prices nothing (a fixed length, plain decoding)."""
     schedule = getattr(schedule, "model", schedule)
     cost = getattr(schedule, "relative_cost", None)
     if cost is None:
         return None
-    return break_even(cost, schedule.draft_token_relative(), schedule.seen_acceptance).sentence()
+    costs = (1.0, *(round(cost(k), 4) for k in PAY_LENGTHS))
+    return Prices(costs, round(schedule.draft_token_relative(), 4), schedule.seen_acceptance)
+
+
+def explain_schedule(schedule) -> str | None:
+    """The sentence for a reply's adaptive schedule, or None where it prices nothing."""
+    prices = schedule_prices(schedule)
+    return prices.break_even().sentence() if prices is not None else None

@@ -29,7 +29,7 @@ from app.engine.loop.sampling import (
     speculative_accept,
 )
 from app.engine.loop.schedule import AdaptiveDraftLength, DraftSchedule, FixedDraftLength, SplitSchedule
-from app.engine.loop.explain import explain_schedule
+from app.engine.loop.explain import Prices, schedule_prices
 from app.engine.loop.stops import StopMatcher
 
 
@@ -259,8 +259,16 @@ class _Generation:
             ttft_s=self.t_first - self.t_start, n_steps=self.counters.n_steps, n_drafted=self.counters.n_drafted,
             n_accepted=self.counters.n_accepted, accepted_by_position=tuple(self.counters.accepted_at),
             drafted_by_position=tuple(self.counters.drafted_at), schedule_note=self.schedule.declined_note(),
-            break_even=explain_schedule(self.schedule),
+            **_priced(schedule_prices(self.schedule)),
         )
+
+
+def _priced(prices: Prices | None) -> dict:
+    """A summary's why-fields from the schedule's prices."""
+    if prices is None:
+        return {}
+    return {"break_even": prices.break_even().sentence(), "step_costs": prices.step_costs,
+            "draft_token_cost": prices.draft_token}
 
 
 def _decode_step(tokens: list[int], origins: list[Origin], detok: IncrementalDetokenizer,

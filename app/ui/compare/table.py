@@ -15,7 +15,8 @@ from app.compare.summary import Delta, Row, deltas, table_rows
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 MiB = 1 << 20
-COLUMNS = ("Config", "Category", "Tokens", "tok/s", "Speedup", "Accept", "Acc/step", "TTFT", "Peak RSS", "Identical")
+COLUMNS = ("Config", "Category", "Tokens", "tok/s", "Speedup", "Accept", "Acc/step", "TTFT", "Peak RSS", "Identical",
+           "Why")
 DELTA_COLUMNS = ("Earlier tok/s", "Δ tok/s", "Earlier speedup")
 # What the header shows: plain words; the exact term is in its tooltip (issue 52 items 8 and 10).
 HEADERS = {"Tokens": "Tokens, all runs", "Accept": "Accepted", "Acc/step": "Accepted per step",
@@ -30,6 +31,9 @@ TOOLTIPS = {
     "Peak RSS": "Peak RSS: the process's resident memory sampled during the prompts (main model included)",
     "Identical": "Same tokens as none (a batch of drafts can round a near-tie between two tokens otherwise)",
     "Δ tok/s": "Change of tok/s since the earlier run",
+    "Why": "The acceptance a draft needs to pay on this machine, at the draft length that needs least, from the "
+           "schedule's own prices (a drafted token and a verify of k tokens against one plain step); the row's "
+           "acceptance in brackets. Hover a row for the whole sentence",
 }
 _NUMERIC = {"Tokens", "tok/s", "Speedup", "Accept", "Acc/step", "TTFT", "Peak RSS", "Earlier tok/s", "Δ tok/s",
             "Earlier speedup"}
@@ -83,6 +87,8 @@ class CompareTableModel(QAbstractTableModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ForegroundRole:
             return self._colour(row, column)
+        if role == Qt.ItemDataRole.ToolTipRole and row.why is not None:
+            return row.why.sentence()[0].upper() + row.why.sentence()[1:] + "."
         return None
 
     def _number(self, row: Row, column: str) -> Any:
@@ -90,7 +96,7 @@ class CompareTableModel(QAbstractTableModel):
         values = {
             "Config": row.config, "Category": row.category, "Tokens": row.n_tokens, "tok/s": row.tps,
             "Speedup": row.speedup, "Accept": row.accept_rate, "Acc/step": row.mean_accepted, "TTFT": row.ttft_s,
-            "Peak RSS": row.peak_rss_bytes, "Identical": row.identical_text,
+            "Peak RSS": row.peak_rss_bytes, "Identical": row.identical_text, "Why": row.why_text,
             "Earlier tok/s": delta.tps_before if delta else None,
             "Δ tok/s": delta.tps_change if delta else None,
             "Earlier speedup": delta.speedup_before if delta else None,

@@ -31,6 +31,7 @@ from app.compare.fastest import Fastest
 from app.compare.results import ENGINE_KINDS
 from app.history import HistoryStore
 from app.ui.chat.charts import LiveCharts
+from app.ui.chat.why import WhyPanel
 from app.ui.chat.chat_list import ChatList
 from app.ui.chat.controller import ChatController
 from app.ui.chat.panel import ChatPanel
@@ -126,6 +127,9 @@ class MainWindow(QMainWindow):
         header.addWidget(self.save_chart_button)
         charts_layout.addLayout(header)
         charts_layout.addWidget(self.charts, 1)
+        self.why = WhyPanel()
+        charts_layout.addWidget(QLabel("<b>Why</b> a draft pays here or not"))
+        charts_layout.addWidget(self.why)
 
         self.right_splitter = QSplitter(Qt.Orientation.Vertical)
         self.right_splitter.addWidget(self.models_tabs)
@@ -212,6 +216,9 @@ class MainWindow(QMainWindow):
         self.controller.message.connect(self.show_message)
         self.controller.busyChanged.connect(self._on_busy)
         self.controller.replyFinished.connect(self._on_reply_finished)
+        self.controller.replyFinished.connect(lambda summary, _error: self.why.show_summary(summary))
+        self.controller.busyChanged.connect(lambda busy: busy and self.why.reset())
+        self.host.step.connect(self.why.add_step)
         self.controller.chatOpened.connect(self._on_chat_opened)
         self.chat_list.chatSelected.connect(self._on_chat_selected)
         self.chat_list.newChatRequested.connect(self.controller.new_chat)
