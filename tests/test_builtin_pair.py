@@ -245,6 +245,7 @@ def test_the_welcome_card_offers_the_pair_and_loads_the_1_5b_with_the_0_5b_draft
     if reading.acceptance is not None:  # the drawn curve crosses the break-even line where the words say
         assert abs(prices.speedup(reading.acceptance, reading.length) - 1.0) < 1e-3
     assert (window.why.seen is None) == (summary["n_drafted"] == 0)
+    assert not window.why.visibleRegion().isEmpty()  # in sight, not scrolled away below the charts
     shot(window, "57-5-why-panel-on-the-real-pair")
 
 

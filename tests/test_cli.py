@@ -343,7 +343,7 @@ def test_bench_without_llama_cpps_rows_when_it_cannot_load_the_file(specula, tin
     assert code == 0, err
     assert one_line(err) == (f"specula: llama.cpp could not run {tiny.name} (Failed to load model from file: "
                              f"{tiny}): its rows are left out")
-    configs = {line[15:51].strip() for line in out.splitlines() if line.startswith("chat ")}
+    configs = {line[15:55].strip() for line in out.splitlines() if line.startswith("chat ")}
     assert configs == OUR_BENCH_ROWS
 
 
@@ -362,7 +362,7 @@ def test_bench_table(cli):
     header = next(line for line in lines if line.startswith("prompt"))
     assert header.split()[-1] == "identical"
     assert "each row the median of 3 runs" in lines[0]
-    rows = {line[15:51].strip(): line.split() for line in lines if line.startswith("chat ")}
+    rows = {line[15:55].strip(): line.split() for line in lines if line.startswith("chat ")}
     # A drafter that learns is asked the same request again (a regenerate) after its first reply.
     assert set(rows) == OUR_BENCH_ROWS
     assert all(row[-1] == "yes" for row in rows.values())  # --no-hf, --no-llama-cpp, --no-server: no peer rows
@@ -387,7 +387,7 @@ def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):
     code, out, err = specula("bench", "-m", str(tiny_paths["llama-q8"]), "-n", "8", "--prompts", "chat,rewrite",
                              "--no-hf", "--no-llama-cpp", "-r", "1", "--backend", "llama.cpp")
     assert code == 0, err
-    rows = {(line[:14].strip(), line[15:51].strip()): line.split() for line in out.splitlines()
+    rows = {(line[:14].strip(), line[15:55].strip()): line.split() for line in out.splitlines()
             if line.startswith(("chat ", "rewrite "))}
     for prompt in ("chat", "rewrite"):
         for spec_type in SERVER_TYPES:
@@ -399,6 +399,34 @@ def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):
                                              ("rewrite", "again")]
     assert all(c[-1].endswith("x") and float(c[-1][:-1]) > 0 for c in cells)
     assert verdict[-1].startswith("geometric mean ")
+
+
+def test_bench_on_a_pair_has_the_rows_a_pair_user_tries_on_both_engines(specula, tiny_paths):
+    """With -md: plain, the default n-gram drafter, the draft model as scheduled and at llama.cpp's
+    fixed length, the draft model with n-gram drafts; llama-server plain, draft-simple at its defaults
+    and at 8 drafts, ngram-mod, and draft-simple with ngram-mod; each first and again."""
+    from app.cli.bench_server import PAIR_TYPES, available
+    from tests.llama_support import require_llama_cpp
+
+    require_llama_cpp()
+    server = available() is None
+    if not server and os.environ.get("SPECULA_REQUIRE_LLAMA") == "1":
+        pytest.fail(available())
+    main, draft = tiny_paths["llama-f32"], tiny_paths["llama-q8"]
+    code, out, err = specula("bench", "-m", str(main), "-md", str(draft), "-n", "8", "--prompts", "chat",
+                             "--no-hf", "--no-llama-cpp", "-r", "1", "--backend", "llama.cpp", "--explain",
+                             *([] if server else ["--no-server"]))
+    assert code == 0, err
+    rows = {line[15:55].strip(): line.split() for line in out.splitlines() if line.startswith("chat ")}
+    name = draft.stem
+    ours = {"none", "lookup+ngram-cache+ngram-mod", name, f"{name} fixed 3", "draft model + n-gram"}
+    assert ours <= set(rows) and {f"{row} (again)" for row in ours - {"none"}} <= set(rows), out
+    if server:
+        for row in PAIR_TYPES:
+            assert f"server {row}" in rows and f"server {row} (again)" in rows, sorted(rows)
+        assert rows["server none"][-1] == "yes"
+    why = out[out.index("why, row by row"):]
+    assert f"chat / {name}: a drafted token costs" in why  # the draft model's tokens are priced
 
 
 def test_bench_without_llama_server_says_so_in_one_line(specula, tiny_paths, tmp_path, monkeypatch):

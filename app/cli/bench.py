@@ -41,6 +41,9 @@ from app.hub.display import display_name
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
 _LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-cache+ngram-mod")
 _USERS = "flags"  # the factory of the drafter the flags ask for (-md, --spec-type)
+DEFAULT_NGRAM = _LEARNING_KINDS[-1]  # the window's default drafter (app.worker.requests.LEARNING)
+_WITH_NGRAM = "draft model + n-gram"
+_PAIR_FIXED = 3  # a draft model's fixed row: llama.cpp's draft-simple default (common.h: n_max = 3)
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
 
@@ -88,9 +91,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     factories = _drafter_factories(main, args)
     drafters = {name: make() for name, make in factories.items()}
     users = drafters.get(_USERS)
+    fixed_too: set[str] = set()
     if users is not None:  # the flags' drafter goes by its own name
         name = users.name if users.name not in drafters else f"{users.name} (flags)"
         drafters[name], factories[name] = drafters.pop(_USERS), factories.pop(_USERS)
+        if _WITH_NGRAM in drafters and not args.draft_fixed:
+            fixed_too.add(name)  # a pair: the draft model as scheduled and at a fixed length
     model_part = getattr(users, "fallback", None) or users
     draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
     print(f"# {display_name(main.path, main.info.file_type)} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
@@ -113,7 +119,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"specula: error: unknown prompt category {category!r} (known: {', '.join(PROMPTS)})")
         ids = prompt_ids(main, PROMPTS[category])
         runs: dict[tuple[str, str], Callable[[], _Run]] = {}
-        for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep):
+        for name, drafter, run_settings in _configs(drafters, settings, args.draft_sweep, fixed_too):
             base = name.split(" fixed ")[0]
             if base in (NONE, LOOKUP):  # nothing to learn: the same drafter every time
                 runs[("ours", name)] = functools.partial(timed_reply, main, drafter, ids, run_settings, kv=kv)
@@ -238,9 +244,15 @@ def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str,
     draft = check = None
     if spec.draft_path:
         draft, check = load_draft_for(main, spec)
-    factories[_USERS] = functools.partial(make_drafter, main, spec.ngram, draft=draft,
-                                          draft_ctx=args.ctx_size_draft or args.ctx_size or None, check=check,
-                                          **ngram_params(spec))
+    draft_ctx = args.ctx_size_draft or args.ctx_size or None
+    factories[_USERS] = functools.partial(make_drafter, main, spec.ngram, draft=draft, draft_ctx=draft_ctx,
+                                          check=check, **ngram_params(spec))
+    if draft is not None and spec.ngram == NONE:
+        # A pair's bench: plain, the default n-gram drafter, the draft model alone, and the two
+        # together (n-gram drafts first, the model where they have none), as a user picks them.
+        factories = {NONE: factories[NONE], DEFAULT_NGRAM: factories[DEFAULT_NGRAM], _USERS: factories[_USERS],
+                     _WITH_NGRAM: functools.partial(make_drafter, main, DEFAULT_NGRAM, draft=draft,
+                                                    draft_ctx=draft_ctx, check=check)}
     return factories
 
 
@@ -260,15 +272,16 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None):
+def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None, fixed_too: set[str] = frozenset()):
     """(row name, drafter, settings): each drafter with the adaptive length, and with a fixed
-    length for every value of --draft-sweep (llama.cpp's fixed --draft-max)."""
+    length for every value of --draft-sweep (llama.cpp's fixed --draft-max); those in
+    `fixed_too` also at llama-server's draft-simple length (_PAIR_FIXED)."""
     lengths = [int(v) for v in sweep.split(",") if v.strip()] if sweep else []
     for name, drafter in drafters.items():
         yield name, drafter, settings
         if name == NONE:
             continue
-        for k in lengths:
+        for k in lengths or ([_PAIR_FIXED] if name in fixed_too else []):
             fixed = DecodeSettings(**{**settings.__dict__, "draft_max": k, "adaptive_draft": False})
             yield f"{name} fixed {k}", drafter, fixed
 
@@ -372,7 +385,7 @@ def ceiling(step_cost: Callable[[int], float] | None, max_tokens: int = 65) -> t
 
 def format_table(rows: list[BenchRow], limit: float | None = None) -> str:
     """The rows; with `limit` (ceiling's ratio) each row's decode rate as a share of it."""
-    header = (f"{'prompt':<14} {'config':<36} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
+    header = (f"{'prompt':<14} {'config':<40} {'tokens':>6} {'tok/s':>8} {'decode':>8} {'speedup':>8} "
               f"{'dec. x':>7} {'accept':>7} {'acc/step':>8}" + (f" {'limit':>6}" if limit else "") + "  identical")
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -381,7 +394,7 @@ def format_table(rows: list[BenchRow], limit: float | None = None) -> str:
         decode = f"{r.decode_tps:8.2f}" if r.decode_tps else f"{'-':>8}"
         decode_x = f"{r.decode_speedup:6.2f}x" if r.decode_speedup else f"{'-':>7}"
         share = "" if not limit else f" {r.decode_speedup / limit:6.0%}" if r.decode_speedup else f" {'-':>6}"
-        lines.append(f"{r.prompt:<14} {r.config[:36]:<36} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
+        lines.append(f"{r.prompt:<14} {r.config[:40]:<40} {r.n_predicted:>6} {r.tokens_per_s:>8.2f} {decode} "
                      f"{r.speedup:>7.2f}x {decode_x} {accept} {mean}{share}  "
                      f"{'yes' if r.identical else r.divergence or 'NO'}")
     return "\n".join(lines)

@@ -19,9 +19,12 @@ from app.engine.llama_server.programs import SERVER, find_program, missing_reaso
 
 log = logging.getLogger(__name__)
 
-# llama.cpp's model-free types, each with llama.cpp's defaults (what `--spec-type T` gives a user);
-# draft-simple joins them when bench has a draft model (-md).
+# llama.cpp's model-free types, each with llama.cpp's defaults (what `--spec-type T` gives a user).
 SERVER_TYPES = ("none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+# With a draft model (-md): what a user of llama-server would try with a pair, by row name -> its
+# extra flags: the draft model at llama.cpp's defaults and at 8 drafts, its best n-gram type, both.
+PAIR_TYPES = {"none": [], "draft-simple": [], "draft-simple n-max 8": ["--spec-draft-n-max", "8"],
+              "ngram-mod": [], "draft-simple,ngram-mod": []}
 ERRORS = (ServerError, ServerStartError)
 _WARM_PROMPT_LEN = 4  # shorter than any n-gram llama.cpp learns from a prompt: warms kernels, teaches nothing
 
@@ -54,14 +57,16 @@ class LlamaServerPeer:
         # without sliding-window layers.
         swa = ["--swa-full"] if swa_full else []
         self.base_args = ["-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), *swa, *extra_args]
-        self.types = list(SERVER_TYPES) + (["draft-simple"] if draft is not None else [])
+        self.types = list(PAIR_TYPES) if draft is not None else list(SERVER_TYPES)
         self._servers: dict[str, LlamaServer] = {}
 
-    def args_for(self, spec_type: str) -> list[str]:
+    def args_for(self, row: str) -> list[str]:
+        """llama-server's flags for a row ('ngram-mod', 'draft-simple n-max 8', ...)."""
         args = list(self.base_args)
+        spec_type = row.split(" ")[0]
         if spec_type != "none":
-            args += ["--spec-type", spec_type]
-        if spec_type.startswith("draft-"):
+            args += ["--spec-type", spec_type, *PAIR_TYPES.get(row, [])]
+        if "draft-" in spec_type:
             args += ["-md", str(self.draft)]
         return args
 

@@ -42,14 +42,16 @@ class WhyPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         self._plot = pg.PlotWidget()
-        self._plot.setMinimumSize(160, 110)
+        self._plot.setMinimumWidth(160)
+        self._plot.setFixedHeight(120)  # small: the live charts below keep the room
         item = self._plot.getPlotItem()
         item.setMouseEnabled(False, False)
         item.setMenuEnabled(False)
         item.hideButtons()
-        item.setLabel("left", "x plain")
+        item.setLabel("left", "× plain")
         item.setLabel("bottom", "acceptance %")
         item.setXRange(0, 100, padding=0.02)
+        item.getAxis("bottom").setTicks([[(v, str(v)) for v in (0, 25, 50, 75, 100)], []])
         self._curve = pg.PlotDataItem()
         self._even = pg.InfiniteLine(pos=1.0, angle=0, movable=False, label="break-even",
                                      labelOpts={"position": 0.1, "anchors": [(0, 1), (0, 1)]})
@@ -60,8 +62,8 @@ class WhyPanel(QWidget):
         self.words = QLabel(_NOTHING_PRICED)
         self.words.setWordWrap(True)
         self.words.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self._plot, 1)
         layout.addWidget(self.words)
+        layout.addWidget(self._plot)
         text, muted = theme_plots(self.palette(), (self._plot,))
         self._curve.setPen(pg.mkPen(SPEED, width=2.2))
         self._even.setPen(pg.mkPen(text, width=1.2, style=Qt.PenStyle.DashLine))
@@ -111,8 +113,11 @@ class WhyPanel(QWidget):
         speeds = [self.prices.speedup(a, k) for a in _ACCEPTANCES]
         self._curve.setData([a * 100 for a in _ACCEPTANCES], speeds)
         self._curve.show()
-        self._plot.getPlotItem().setYRange(0, max(1.6, max(speeds) * 1.05), padding=0)
-        self._plot.getPlotItem().setTitle(f"Speed with drafts of {k}, against plain decoding", size="10pt")
+        top = max(1.6, max(speeds) * 1.05)
+        item = self._plot.getPlotItem()
+        item.setYRange(0, top, padding=0)
+        item.getAxis("left").setTicks([[(v, f"{v:g}") for v in (0, 1, round(top, 1) if top >= 1.8 else None) if v is not None],
+                                       []])
         if reading.seen is None:
             self._seen.hide()
             self._dot.hide()

@@ -126,10 +126,10 @@ class MainWindow(QMainWindow):
         header.addStretch(1)
         header.addWidget(self.save_chart_button)
         charts_layout.addLayout(header)
-        charts_layout.addWidget(self.charts, 1)
+        # First in sight: whether the draft pays here is the question the charts below answer.
         self.why = WhyPanel()
-        charts_layout.addWidget(QLabel("<b>Why</b> a draft pays here or not"))
         charts_layout.addWidget(self.why)
+        charts_layout.addWidget(self.charts, 1)
 
         self.right_splitter = QSplitter(Qt.Orientation.Vertical)
         self.right_splitter.addWidget(self.models_tabs)
