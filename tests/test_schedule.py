@@ -294,6 +294,19 @@ def test_verifies_dearer_than_the_curve_stop_drafting_that_pays_only_on_the_curv
     assert drafting_dearer <= 2
 
 
+def test_a_verify_is_never_priced_below_a_plain_step():
+    """A curve timed while the machine was busy read a verify of 2 at 0.68x one token, and a
+    reply whose verifies ran faster than the curve scaled them further down: drafts looked
+    cheaper than no draft. A step feeding more tokens is never priced below one feeding fewer."""
+    busy = StepCurve({1: 0.030, 2: 0.0204, 3: 0.026, 5: 0.040})
+    assert [busy.cost(n) for n in (1, 2, 3, 4, 5)] == [0.030, 0.030, 0.030, 0.035, 0.040]
+
+    schedule = AdaptiveDraftLength(16, SMOLLM2_I8HEAD.cost)
+    _a_third_accepted(schedule, 0.5)
+    assert schedule.curve_factor() < 0.9
+    assert all(schedule.relative_cost(k) >= 1.0 for k in range(17))
+
+
 def test_a_declined_drafter_is_said_in_one_line_with_the_reason():
     from app.engine.loop.schedule import AdaptiveDraftLength
 

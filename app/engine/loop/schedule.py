@@ -208,7 +208,8 @@ class AdaptiveDraftLength:
     def _verify_relative(self, k: int) -> float:
         if self._verify_cost is not None:
             curve = self._curve_relative(k)
-            return curve * self.curve_factor() if k > 0 else curve
+            # Never below a plain step: a verify feeds that step's token and more.
+            return max(curve * self.curve_factor(), 1.0) if k > 0 else curve
         return 1.0 + _PRIOR_SLOPE * k
 
     def _curve_relative(self, k: int) -> float:

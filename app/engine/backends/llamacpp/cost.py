@@ -37,10 +37,15 @@ MAX_OTHER_CORES = 0.25  # other programs' CPU use, on average, past which a timi
 
 
 class StepCurve:
-    """Seconds of a step feeding n tokens, between measured points linearly."""
+    """Seconds of a step feeding n tokens, between measured points linearly. A step feeding more
+    tokens does more work than one feeding fewer, so a point below an earlier one (a one-token
+    step timed while the machine was busy: a verify of 2 read as 0.68x one token, and the
+    schedule priced drafts below a plain step) is raised to it."""
 
     def __init__(self, points: dict[int, float]) -> None:
-        self.points = dict(sorted(points.items()))
+        self.points: dict[int, float] = {}
+        for n, seconds in sorted(points.items()):
+            self.points[n] = max(seconds, *self.points.values()) if self.points else seconds
 
     def cost(self, n: int) -> float:
         xs = list(self.points)
