@@ -418,7 +418,8 @@ def test_bench_on_a_pair_has_the_rows_a_pair_user_tries_on_both_engines(specula,
                              *([] if server else ["--no-server"]))
     assert code == 0, err
     rows = {line[15:55].strip(): line.split() for line in out.splitlines() if line.startswith("chat ")}
-    name = draft.stem
+    name = "draft model"
+    assert f"draft model: {draft.name}" in out.splitlines()[0]
     ours = {"none", "lookup+ngram-cache+ngram-mod", name, f"{name} fixed 3", "draft model + n-gram"}
     assert ours <= set(rows) and {f"{row} (again)" for row in ours - {"none"}} <= set(rows), out
     if server:

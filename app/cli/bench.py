@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -42,7 +43,8 @@ from app.hub.display import display_name
 _LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-cache+ngram-mod")
 _USERS = "flags"  # the factory of the drafter the flags ask for (-md, --spec-type)
 DEFAULT_NGRAM = _LEARNING_KINDS[-1]  # the window's default drafter (app.worker.requests.LEARNING)
-_WITH_NGRAM = "draft model + n-gram"
+_DRAFT_MODEL = "draft model"
+_WITH_NGRAM = f"{_DRAFT_MODEL} + n-gram"
 _PAIR_FIXED = 3  # a draft model's fixed row: llama.cpp's draft-simple default (common.h: n_max = 3)
 
 _Run = tuple  # (tokens, wall seconds, ...): what each kind of row's run returns
@@ -94,13 +96,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     fixed_too: set[str] = set()
     if users is not None:  # the flags' drafter goes by its own name
         name = users.name if users.name not in drafters else f"{users.name} (flags)"
+        if _WITH_NGRAM in drafters:  # a pair: named as its n-gram row is, the file in the header
+            name = _DRAFT_MODEL
+            if not args.draft_fixed:
+                fixed_too.add(name)  # the draft model as scheduled and at a fixed length
         drafters[name], factories[name] = drafters.pop(_USERS), factories.pop(_USERS)
-        if _WITH_NGRAM in drafters and not args.draft_fixed:
-            fixed_too.add(name)  # a pair: the draft model as scheduled and at a fixed length
     model_part = getattr(users, "fallback", None) or users
     draft_model = getattr(getattr(model_part, "draft", None), "model", None)  # torch: for hf assisted
     print(f"# {display_name(main.path, main.info.file_type)} on {main.plan.describe()} ({main.plan_reason}); greedy, n={args.n_predict}, "
           f"draft-max={args.draft_max} ({'fixed' if args.draft_fixed else 'adaptive'}), {engine_facts(main)}"
+          + (f"; draft model: {Path(pair_spec(args).draft_path).name}" if _DRAFT_MODEL in drafters else "")
           + (f"; each row the median of {args.repeat} runs, its speedups the median of the rounds' ratios"
              if args.repeat > 1 else ""))
     # Warm-up: the first step of each batch shape is slow (kernel selection, first touches), so
