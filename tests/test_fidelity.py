@@ -72,3 +72,25 @@ def test_the_backends_settings_do_not_depend_on_the_drafter(demo_path):
     plain = load_pair(PairChoice(path, NONE), lambda *_: None, lambda: False).main
     drafted = load_pair(PairChoice(path, LOOKUP), lambda *_: None, lambda: False).main
     assert plain.backend.name == drafted.backend.name and plain.plan == drafted.plan
+
+
+def test_a_reply_that_starts_with_another_word_is_judged_by_the_prompts_own_logits(demos):
+    """Issue 57 item 6: a server's plain reply that starts with another token than ours is judged
+    at token 0 by the gap between the main model's two best tokens after the prompt (tie@0 where
+    they are within NEAR_TIE), not counted as the same text or blamed on a later token."""
+    import numpy as np
+
+    from app.engine.loop.fidelity import top2_gap
+
+    main = demos["smollm2-135m"]
+    ids = main.tokenizer.encode(TABLE)
+    plain = list(reply(main, make_drafter(main, "none"), ids).tokens)
+    assert len(plain) > 4
+    logits = np.asarray(main.kv_model().sync(ids))
+    second = int(np.argsort(logits)[-2])
+    assert int(np.argmax(logits)) == plain[0] != second
+
+    found = compare_to_plain(main.kv_model(), ids, plain, [second, *plain[1:]])
+    assert found is not None and found.index == 0
+    assert found.gap == pytest.approx(top2_gap(logits), abs=1e-4)
+    assert compare_to_plain(main.kv_model(), ids, plain, plain) is None
