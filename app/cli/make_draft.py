@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.hub.builtin import cache_dir, resolve_model_arg
+from app.hub.builtin import BUILTIN_NAMES, cache_dir, resolve_model_arg
 
 
 def register(sub) -> None:
     make = sub.add_parser("make-draft", help="write a draft model made of some of a model's own layers (self-speculative decoding)")
-    make.add_argument("model", help="main model: a GGUF file or a built-in name (smollm2-135m, gemma3-270m)")
+    make.add_argument("model", help=f"main model: a GGUF file or a built-in name ({BUILTIN_NAMES})")
     make.add_argument("--keep", metavar="SPEC", help="layers to keep, e.g. 0-5,10,28-29 (default: 5 in 6 of them: the first three, the last, any global-attention layers, the rest spread evenly; measured: with fewer, drafts of these small models were rarely accepted)")
     make.add_argument("-o", "--output", metavar="OUT.gguf", help=f"where to write it (default: {drafts_dir()}/<model>.layers-<kept>.gguf)")
     make.set_defaults(func=cmd_make_draft)

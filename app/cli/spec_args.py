@@ -13,6 +13,7 @@ from app.engine.drafting.kinds import (DEFAULT_DRAFT_MAX, KIND_OF_SPEC_TYPE, NGR
                                       ModParams)
 from app.engine.errors import SpeculaError
 from app.engine.drafting.ngram_cache import not_a_cache_file
+from app.hub.builtin import QWEN_DRAFT
 
 MAP_TYPES = ("ngram-map-k", "ngram-map-k4v")
 IMPLEMENTED = ("none", "draft-simple", *(k.spec_type for k in NGRAM_REGISTRY))
@@ -68,7 +69,7 @@ def spec_types_any(value: str) -> tuple[str, ...]:
 
 def add_spec_flags(parser: argparse.ArgumentParser, server: bool = False) -> None:
     """The drafting flags of run, bench and serve; `server`: every llama.cpp type (run)."""
-    parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", metavar="FILE", help="draft model: a GGUF file; the main model's vocabulary drafts token by token, another vocabulary through text (re-tokenized, each step costs more)")
+    parser.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft", metavar="FILE", help=f"draft model: a GGUF file or a built-in name (e.g. {QWEN_DRAFT}); the main model's vocabulary drafts token by token, another vocabulary through text (re-tokenized, each step costs more)")
     parser.add_argument("--spec-type", type=spec_types_any if server else spec_types, default=None, metavar="TYPE[,TYPE...]", help=SPEC_TYPE_HELP)
     parser.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram), no draft model: the older name of --spec-type ngram-simple")
     parser.add_argument("-cd", "--ctx-size-draft", type=int, default=0, help="context size of the draft model (0 = as the main)")

