@@ -122,6 +122,20 @@ def test_the_split_schedule_routes_each_step_to_the_kind_that_drafts():
     assert chosen[-1] is True  # where the model cannot pay, a match drafts
 
 
+def test_the_free_schedule_goes_by_the_matchers_confidence_not_the_drafters():
+    """A chance 1-2 token match where lookup sees no copy: the free schedule drafts as a lone
+    n-gram schedule told "unsure" does, not on the hope the whole drafter's "can't tell" gives."""
+    from app.engine.loop.schedule import SplitSchedule
+
+    def first_free_length(free_confident) -> int:
+        free, model = adaptive(TWO_CORES, K_MAX, 0.0), adaptive(TWO_CORES, K_MAX)
+        return SplitSchedule(free, model, lambda: True, None, free_confident).length(32, lambda: None)
+
+    alone = adaptive(TWO_CORES, K_MAX, 0.0).length(32, lambda: False)
+    assert first_free_length(lambda: False) == alone
+    assert first_free_length(None) > alone  # the hope that drafted 4-18 on chance matches
+
+
 def test_the_loop_gives_free_drafts_and_the_draft_model_a_schedule_each(tiny_paths):
     """Prompt lookup + a draft model: the loop's schedule is split (SplitSchedule), each step
     priced by one of them, and the greedy reply is the main model's own."""
@@ -153,3 +167,8 @@ def test_the_loop_gives_free_drafts_and_the_draft_model_a_schedule_each(tiny_pat
     for _ in range(12):
         generation.emit(generation.speculate())
     assert schedule.free.n_steps + schedule.model.n_steps == 12
+    # The free drafts' schedule goes by the matchers' own confidence: where lookup sees no copy
+    # the whole drafter cannot say so (its model backs it), the matchers can.
+    nothing = main.tokenizer.encode("a quick brown fox")
+    assert combined.confident(nothing) is None and combined.matchers_confident(nothing) is False
+    assert schedule._free_confident() is combined.fresh().matchers_confident(generation.context)

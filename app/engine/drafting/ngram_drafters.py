@@ -112,10 +112,16 @@ class CombinedDrafter(Drafter):
     def confident(self, context: Sequence[int]) -> bool | None:
         """True where a matcher is; False where every matcher says no and no draft model backs
         them; else None."""
+        answer = self.matchers_confident(context)
+        return None if answer is False and self.fallback is not None else answer
+
+    def matchers_confident(self, context: Sequence[int]) -> bool | None:
+        """The matchers' own answer, the draft model left out (what a schedule of the free
+        drafts alone goes by): True where one sees a copy, False where all say no, else None."""
         answers = [matcher.confident(context) for matcher in self.matchers]
         if any(answer is True for answer in answers):
             return True
-        return False if self.fallback is None and all(answer is False for answer in answers) else None
+        return False if all(answer is False for answer in answers) else None
 
     def configure(self, sampling: SamplingParams, draft_p_min: float) -> None:
         self._match, self._model_now = None, False

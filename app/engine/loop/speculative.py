@@ -172,7 +172,8 @@ class _Generation:
         context = self.context  # extended in place as the reply grows
         return SplitSchedule(AdaptiveDraftLength(settings.draft_max, curve, None),
                              AdaptiveDraftLength(settings.draft_max, curve, model_cost),
-                             lambda: free_draft(context, settings.draft_max), drafter.use_free)
+                             lambda: free_draft(context, settings.draft_max), drafter.use_free,
+                             lambda: drafter.matchers_confident(context))
 
     def first_step(self) -> _Step:
         """The prompt read (reusing what the cache holds of it) and the first token sampled."""
