@@ -84,3 +84,13 @@ def test_what_each_ending_of_the_child_says(sig, kind):
     ok, why, found = llamacpp_probe.judge(done.returncode, done.stderr)
     assert ok is False and found == kind and why and "\n" not in why
     assert (sig or "no model here") in why
+
+
+def test_the_childs_last_line_reaches_no_terminal_as_escapes():
+    """llama.cpp's log carries a model's own strings: an OSC 52 clipboard write or a colour in the
+    child's last line is written out in the reason that doctor prints and the verdict keeps."""
+    code = "import sys; sys.stderr.write('loading\\nname \\x1b]52;c;ZXZpbA==\\x07 \\x1b[31mred\\n'); sys.exit(3)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    ok, why, _ = llamacpp_probe.judge(done.returncode, done.stderr)
+    assert ok is False and "\x1b" not in why and "\x07" not in why
+    assert why.startswith("name \\x1b]52;c;ZXZpbA==\\x07") and "red" in why

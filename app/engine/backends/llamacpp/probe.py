@@ -169,7 +169,14 @@ def judge(returncode: int, stderr: str) -> tuple[bool, str, str]:
         if name in _CRASH_SIGNALS:
             return False, f"llama.cpp crashed in its self-test ({name})", CRASH
         return False, f"llama.cpp's self-test stopped ({name}), perhaps for lack of memory", PASSING
-    return False, lines[-1] if lines else f"the llama.cpp self-test failed (exit {returncode})", PASSING
+    return False, _shown(lines[-1]) if lines else f"the llama.cpp self-test failed (exit {returncode})", PASSING
+
+
+def _shown(line: str, limit: int = 300) -> str:
+    """The child's last line as it may reach a terminal and the verdict file: llama.cpp logs a
+    model's own strings (its name, its template), so controls and escapes are written out."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    return shown[:limit] + ("..." if len(shown) > limit else "")
 
 
 # --- the child half: the self-test itself --------------------------------------------------
