@@ -1,4 +1,4 @@
-"""The layering rule of design.md, enforced by import-linter's contracts in pyproject.toml."""
+"""The layering rule of docs/architecture.md (Layers), enforced by import-linter's contracts in pyproject.toml."""
 
 import subprocess
 import sys
