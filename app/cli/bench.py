@@ -35,9 +35,10 @@ from app.cli.run import load_main, pair_spec
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
 from app.engine.drafting.factory import LOOKUP, NONE, make_drafter
-from app.engine.loop.speculative import DecodeSettings
+from app.engine.loop.speculative import DecodeSettings, eos_ids
 from app.engine.settings import GenSettings
 from app.hub.display import display_name
+from app.engine.errors import first_line
 
 # Our drafters that learn across requests, each benched first and again beside llama-server's.
 _LEARNING_KINDS = ("lookup+ngram-cache", "ngram-mod", "lookup+ngram-cache+ngram-mod")
@@ -192,7 +193,7 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
 
     if args.no_llama_cpp or not bench_llamacpp.available():
         return None
-    stop_ids = _stop_ids(main)
+    stop_ids = set(eos_ids(main.tokenizer))
     threads = main.backend.threads()
     try:
         peer = bench_llamacpp.LlamaCppPeer(main.path, n_ctx=4096, n_threads=threads,
@@ -200,16 +201,10 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
         peer.warm_up(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_llamacpp.LOAD_ERRORS as exc:
         # Our rows are still worth having: one line, and the table without llama.cpp's rows.
-        print(f"specula: llama.cpp could not run {main.path.name} ({_first_line(exc)}): its rows are left out",
+        print(f"specula: llama.cpp could not run {main.path.name} ({first_line(exc) or type(exc).__name__}): its rows are left out",
               file=sys.stderr, flush=True)
         return None
     return peer
-
-
-def _stop_ids(main: LoadedModel) -> set[int]:
-    """The model's end-of-generation ids, which a peer's reply may end with and ours do not."""
-    eos = main.tokenizer.eos_token_id
-    return {eos} if isinstance(eos, int) else set(eos or ())
 
 
 def _server_peer(main: LoadedModel, args: argparse.Namespace):
@@ -223,11 +218,11 @@ def _server_peer(main: LoadedModel, args: argparse.Namespace):
         return None
     draft = pair_spec(args).draft_path
     peer = bench_server.LlamaServerPeer(main.path, main.plan.threads, 4096, draft=draft, extra_args=args.server_arg,
-                                        stop_ids=_stop_ids(main), swa_full=not args.server_swa_window)
+                                        stop_ids=set(eos_ids(main.tokenizer)), swa_full=not args.server_swa_window)
     try:
         peer.check(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_server.ERRORS as exc:
-        print(f"specula: llama-server could not run {main.path.name} ({_first_line(exc)}): its rows are left out",
+        print(f"specula: llama-server could not run {main.path.name} ({first_line(exc) or type(exc).__name__}): its rows are left out",
               file=sys.stderr, flush=True)
         return None
     return peer
@@ -273,8 +268,6 @@ def _again_reply(main: LoadedModel, kept: list, ids: list[int], settings: Decode
     return timed_reply(main, kept[0], ids, settings, kv=kv)
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _configs(drafters: dict, settings: DecodeSettings, sweep: str | None, fixed_too: set[str] = frozenset()):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from app.engine.settings import GenSettings
 from app.hub.builtin import BUILTIN_NAMES
 
 
@@ -42,11 +43,17 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
                                    repack=not getattr(args, "no_repack", False))}
 
 
-def add_sampling_flags(parser: argparse.ArgumentParser, temp: float = 0.8, n_predict: int = 256,
-                       n_predict_help: str = "most tokens to generate (default 256)") -> None:
-    parser.add_argument("-n", "--n-predict", type=int, default=n_predict, help=n_predict_help)
+def add_sampling_flags(parser: argparse.ArgumentParser, temp: float | None = None, n_predict: int | None = None,
+                       n_predict_help: str | None = None) -> None:
+    """-n, --temp, --top-k, --top-p, --min-p and --seed, their defaults GenSettings()'s (the
+    window's and `specula run`'s) unless a command gives its own temperature or length."""
+    d = GenSettings()
+    temp = d.temperature if temp is None else temp
+    n_predict = d.max_tokens if n_predict is None else n_predict
+    parser.add_argument("-n", "--n-predict", type=int, default=n_predict,
+                        help=n_predict_help or f"most tokens to generate (default {n_predict})")
     parser.add_argument("--temp", type=float, default=temp, help=f"temperature; 0 = greedy (default {temp})")
-    parser.add_argument("--top-k", type=int, default=40, help="keep the k most likely tokens (0 = off, default 40)")
-    parser.add_argument("--top-p", type=float, default=0.95, help="keep the smallest set with this probability mass (1 = off, default 0.95)")
-    parser.add_argument("--min-p", type=float, default=0.05, help="drop tokens below this fraction of the top probability (0 = off, default 0.05)")
-    parser.add_argument("--seed", type=int, default=-1, help="random seed (-1 = random)")
+    parser.add_argument("--top-k", type=int, default=d.top_k, help=f"keep the k most likely tokens (0 = off, default {d.top_k})")
+    parser.add_argument("--top-p", type=float, default=d.top_p, help=f"keep the smallest set with this probability mass (1 = off, default {d.top_p})")
+    parser.add_argument("--min-p", type=float, default=d.min_p, help=f"drop tokens below this fraction of the top probability (0 = off, default {d.min_p})")
+    parser.add_argument("--seed", type=int, default=d.seed, help=f"random seed ({d.seed} = random)")

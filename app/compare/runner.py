@@ -308,11 +308,6 @@ class Runner:
             raise _Cancelled()
 
 
-def run_comparison(request: CompareRequest, **kwargs) -> CompareRun:
-    """Runner(request, **kwargs).run(): on_progress, on_update, cancel, save_to, main."""
-    return Runner(request, **kwargs).run()
-
-
 def _same_reply(config: ConfigSpec, tokens: tuple[int, ...], text: str, baseline: tuple[int, ...] | None,
                baseline_text: str | None) -> bool | None:
     """Whether a row's reply is plain decoding's: by tokens; by text on llama-server (its stream

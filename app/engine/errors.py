@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
+# What long work (a load, a download, a reply) asks between its steps: True once the user
+# cancelled (a load then raises LoadCancelled).
+Cancel = Callable[[], bool]
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error's text, at most `limit` characters; "" where it has none
+    (each caller says what stands in then: the error's type, or nothing)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:limit] if text else ""
+
 
 class SpeculaError(Exception):
     """Base of every error shown to a user as one line (never a traceback)."""

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from app.engine.backends import AUTO
-from app.engine.backends.base import CancelCheck, LoadedModel, LoadRequest, ProgressCallback
+from app.engine.backends.base import LoadedModel, LoadRequest, ProgressCallback
 from app.engine.backends.choose import choose_backend, load_chosen
 from app.engine.backends.llamacpp.kv import LlamaSettings
 from app.engine.gguf.info import GGUFInfo, read_gguf_info
+from app.engine.errors import Cancel
 
 
 def load_model(
@@ -30,7 +31,7 @@ def load_model(
     dtype: str = "auto",
     n_gpu_layers: int | None = None,
     progress: ProgressCallback | None = None,
-    cancel: CancelCheck | None = None,
+    cancel: Cancel | None = None,
     backend: str = AUTO,
     llama: LlamaSettings = LlamaSettings(),
     info: GGUFInfo | None = None,
@@ -53,4 +54,4 @@ def load_model(
     return load_chosen(chosen, backend, path, info, request)
 
 
-__all__ = ["CancelCheck", "LoadedModel", "ProgressCallback", "load_model"]
+__all__ = ["Cancel", "LoadedModel", "ProgressCallback", "load_model"]

@@ -21,9 +21,9 @@ from app.engine.drafting.kinds import NONE, MapParams, ModParams
 from app.engine.drafting.ngram_cache import NgramCache
 from app.engine.drafting.factory import check_pair, main_vocab_key, make_drafter
 from app.engine.gguf.info import GGUFInfo, read_gguf_info
+from app.engine.errors import Cancel
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
-Cancel = Callable[[], bool]
 OpenCache = Callable[[loader.LoadedModel], NgramCache | None]  # the main model -> its n-gram cache
 MAIN_SHARE = 0.8  # of the progress bar, for the main model when a draft model follows
 

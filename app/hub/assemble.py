@@ -21,7 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from app.engine.atomic import private_dir
-from app.engine.errors import LoadCancelled, ModelFileError
+from app.engine.errors import Cancel, LoadCancelled, ModelFileError
 from app.engine.gguf.info import format_bytes
 from app.hub.disk import check_free_space
 
@@ -53,7 +53,6 @@ class AssemblyProgress:
 
 
 Progress = Callable[[AssemblyProgress], None]
-Cancel = Callable[[], bool]
 
 
 def part_files(folders: Sequence[Path]) -> tuple[Path, ...]:

@@ -43,3 +43,12 @@ def check_free_space(needed: int, folder: Path, what: str) -> None:
     if needed > free:
         raise DiskFullError(f"not enough disk space for {what}: needs {format_bytes(needed)}, "
                             f"{format_bytes(free)} free in {folder}")
+
+
+def size_or_zero(path: Path) -> int:
+    """A file's size in bytes; 0 where it is missing or cannot be read (a partial download not
+    started, a blob removed meanwhile)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

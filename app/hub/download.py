@@ -36,13 +36,14 @@ from huggingface_hub.file_download import http_get, repo_folder_name
 from tqdm.auto import tqdm
 
 from app.engine.gguf.info import format_bytes
-from app.hub.disk import check_free_space, hub_cache_dir
+from app.hub.disk import check_free_space, hub_cache_dir, size_or_zero
 from app.hub.errors import (ChecksumError, DiskFullError, DownloadCancelled, DownloadInterrupted,
                             GatedRepoError, HubError, NotFoundError, check_online, endpoint, hub_call)
 from app.hub.names import split_name
 from app.hub.partials import PendingDownload, discard_partial, pending_downloads, sidecar, write_sidecar
 from app.hub.progress import DownloadProgress, Meter
 from app.hub.remote import RemoteFile, check_repo_id, remote_file, request_headers
+from app.engine.errors import Cancel
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,6 @@ CHUNK_BYTES = 256 * 1024
 _HASH_BLOCK = 4 * 1024 * 1024
 
 ProgressCallback = Callable[[DownloadProgress], None]
-CancelCheck = Callable[[], bool]
 
 __all__ = ["download_gguf", "DownloadProgress", "PendingDownload", "pending_downloads",
            "discard_partial"]
@@ -85,12 +85,6 @@ class _Target:
         return self.verified and self.final.exists()
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
 
 def _check_within(root: Path, *paths: Path) -> None:
     """Every path we write must lie under `root` (the repo's cache folder or --dir) once its
@@ -111,7 +105,7 @@ def _target(file: RemoteFile, dest_dir: Path | None, sha256: str | None) -> _Tar
         t = _Target(file, pointer, Path(f"{blob}.incomplete"), storage, None, sha256)
         _check_within(storage, blob, pointer, t.partial)
         # A blob only ever gets its name after verification (by us or by huggingface_hub).
-        t.verified = pointer.exists() or (blob.exists() and _size(blob) == file.size)
+        t.verified = pointer.exists() or (blob.exists() and size_or_zero(blob) == file.size)
         return t
     from huggingface_hub._local_folder import (get_local_download_paths, read_download_metadata,
                                                write_download_metadata)
@@ -121,7 +115,7 @@ def _target(file: RemoteFile, dest_dir: Path | None, sha256: str | None) -> _Tar
     _check_within(dest_dir, t.final, t.partial)
     meta = read_download_metadata(dest_dir, file.filename)
     t.verified = paths.file_path.is_file() and meta is not None and meta.etag == file.etag
-    if not t.verified and sha256 and _size(paths.file_path) == file.size:
+    if not t.verified and sha256 and size_or_zero(paths.file_path) == file.size:
         # The file is there without huggingface_hub's record of it (copied in by hand, say):
         # hashing it is cheaper than downloading it again.
         if _hash_prefix(paths.file_path, file.size).hexdigest() == sha256:
@@ -144,7 +138,7 @@ def _lfs_sha256(files: list[RemoteFile], token: str | bool | None) -> dict[str, 
 class _HashingSink:
     """The file object http_get writes to: appends, hashes, reports progress, honours cancel."""
 
-    def __init__(self, handle, hasher, meter: Meter, cancel: CancelCheck | None, name: str) -> None:
+    def __init__(self, handle, hasher, meter: Meter, cancel: Cancel | None, name: str) -> None:
         self.handle, self.hasher, self.meter, self.cancel, self.name = handle, hasher, meter, cancel, name
 
     def write(self, data: bytes) -> int:
@@ -189,12 +183,12 @@ def _hash_prefix(path: Path, length: int, meter: Meter | None = None):
     return hasher
 
 
-def _transfer(t: _Target, index: int, meter: Meter, cancel: CancelCheck | None,
+def _transfer(t: _Target, index: int, meter: Meter, cancel: Cancel | None,
               token: str | bool | None) -> None:
     """Append the rest of the file to its partial with http_get (resuming where it stopped)."""
     constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
     name, size = t.file.filename, t.file.size
-    resume = _size(t.partial)
+    resume = size_or_zero(t.partial)
     if resume > size:  # not ours, or the file changed: start again
         t.partial.unlink()
         resume = 0
@@ -212,7 +206,7 @@ def _transfer(t: _Target, index: int, meter: Meter, cancel: CancelCheck | None,
         raise
     except (HubError, OSError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # http_get's are 2 lines
-        raise DownloadInterrupted(f"download of {name} stopped at {format_bytes(_size(t.partial))} of "
+        raise DownloadInterrupted(f"download of {name} stopped at {format_bytes(size_or_zero(t.partial))} of "
                                   f"{format_bytes(size)} ({why}); download it again to resume") from exc
     _verify(t, hasher.hexdigest(), meter)
     meter.finish_part()
@@ -233,7 +227,7 @@ def _verify(t: _Target, digest: str, meter: Meter) -> None:
 def _install(t: _Target, revision: str | None, token: str | bool | None) -> None:
     """Move the verified partial into place and record it the way huggingface_hub does."""
     if t.storage is not None and t.blob is not None:
-        if t.partial.exists() and not (t.blob.exists() and _size(t.blob) == t.file.size):
+        if t.partial.exists() and not (t.blob.exists() and size_or_zero(t.blob) == t.file.size):
             os.replace(t.partial, t.blob)
         with hub_call(f"link {t.file.filename} into the cache", t.file.repo_id, t.file.filename):
             hf_hub_download(t.file.repo_id, t.file.filename, revision=t.file.commit,
@@ -257,7 +251,7 @@ def _install(t: _Target, revision: str | None, token: str | bool | None) -> None
 def download_gguf(repo_id: str, filename: str, dest_dir: Path | None = None, *,
                   revision: str | None = None, token: str | bool | None = None,
                   progress: ProgressCallback | None = None,
-                  cancel: CancelCheck | None = None) -> Path:
+                  cancel: Cancel | None = None) -> Path:
     """Download a GGUF file (all parts of a split one) and return its local path (the first part).
 
     Raises DiskFullError before writing anything when it cannot fit; DownloadCancelled or
@@ -299,10 +293,10 @@ def _exclusive(lock_path: Path, what: str) -> Iterator[None]:
 
 def _download_files(files: list[RemoteFile], hashes: dict[str, str], dest: Path | None, filename: str,
                     revision: str | None, token: str | bool | None, progress: ProgressCallback | None,
-                    cancel: CancelCheck | None) -> Path:
+                    cancel: Cancel | None) -> Path:
     repo_id = files[0].repo_id
     targets = [_target(f, dest, f.sha256 or hashes.get(f.filename)) for f in files]
-    needed = sum(t.file.size - _size(t.partial) for t in targets if not t.verified)
+    needed = sum(t.file.size - size_or_zero(t.partial) for t in targets if not t.verified)
     check_free_space(needed, dest or hub_cache_dir(), f"{repo_id}/{filename}")
     meter = Meter(progress, repo_id, filename, len(targets), sum(f.size for f in files),
                   sum(t.file.size for t in targets if t.verified))

@@ -22,7 +22,7 @@ from huggingface_hub.errors import CacheNotFound
 from app.engine.errors import SpeculaError
 from app.engine.gguf.info import GGUFInfo, read_gguf_info
 from app.hub import builtin
-from app.hub.disk import hub_cache_dir
+from app.hub.disk import hub_cache_dir, size_or_zero
 from app.hub.errors import HubError
 from app.hub.identity import same_file, same_weights
 from app.hub.names import is_model_file, model_title, split_name
@@ -86,7 +86,7 @@ def _model(parts: list[Path], source: str, name: str, repo_id: str | None,
            sizes: Sequence[int] | None = None) -> LocalModel:
     parts = sorted(parts)
     first = parts[0]
-    size = sum(sizes) if sizes is not None else sum(_size(p) for p in parts)
+    size = sum(sizes) if sizes is not None else sum(size_or_zero(p) for p in parts)
     info, error = _header(first)
     split = split_name(first.name)
     if split is not None and error is None:
@@ -98,12 +98,6 @@ def _model(parts: list[Path], source: str, name: str, repo_id: str | None,
                  f"(merge them with `llama-gguf-split --merge`)")
     return LocalModel(first, source, name, repo_id, size, info, error, tuple(parts))
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _group_split(paths: Iterable[tuple[str, Path]]) -> dict[str, list[Path]]:
@@ -288,7 +282,7 @@ def _refuse_outside_cache(pointer: Path) -> None:
 
 
 def _delete_file(path: Path) -> int:
-    size = _size(path)
+    size = size_or_zero(path)
     path.unlink(missing_ok=True)
     # A --dir download also left huggingface_hub's metadata file; drop it so nothing claims the file.
     meta = path.parent / ".cache" / "huggingface" / "download" / (path.name + ".metadata")
@@ -315,7 +309,7 @@ def _delete_cached(pointer: Path) -> int:
                      for p in snapshots.rglob("*"))
     if still_used or not (blob.exists() or blob.is_symlink()):
         return 0
-    size = 0 if blob.is_symlink() else _size(blob)  # unlinking a link frees only the link
+    size = 0 if blob.is_symlink() else size_or_zero(blob)  # unlinking a link frees only the link
     blob.unlink()
     return size
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.hub.disk import hub_cache_dir
+from app.hub.disk import hub_cache_dir, size_or_zero
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,6 @@ def write_sidecar(partial: Path, repo_id: str, filename: str, part: str, revisio
     sidecar(partial).write_text(json.dumps(record))
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
 
 def pending_downloads(extra_folders: list[Path] | tuple[Path, ...] = ()) -> list[PendingDownload]:
     """Partials in the HF cache and under the given download folders, newest first."""
@@ -58,7 +52,7 @@ def pending_downloads(extra_folders: list[Path] | tuple[Path, ...] = ()) -> list
             rec = json.loads(path.read_text())
             item = PendingDownload(rec["repo_id"], rec["filename"], rec["part"], rec.get("revision"),
                                    Path(rec["dest_dir"]) if rec.get("dest_dir") else None,
-                                   partial, _size(partial), int(rec["size"]))
+                                   partial, size_or_zero(partial), int(rec["size"]))
             mtime = partial.stat().st_mtime
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a sidecar without its partial, or not ours
@@ -68,7 +62,7 @@ def pending_downloads(extra_folders: list[Path] | tuple[Path, ...] = ()) -> list
 
 def discard_partial(item: PendingDownload) -> int:
     """Delete a partial download; returns the bytes freed."""
-    size = _size(item.partial)
+    size = size_or_zero(item.partial)
     item.partial.unlink(missing_ok=True)
     sidecar(item.partial).unlink(missing_ok=True)
     return size

@@ -11,10 +11,8 @@ up before going online; a token the hub *rejects* is never stored.
 from __future__ import annotations
 
 import logging
-import os
-from dataclasses import dataclass
 
-from huggingface_hub import constants, get_token, login
+from huggingface_hub import login
 from huggingface_hub import errors as hf_errors
 
 from app.hub.errors import GatedRepoError, HubError, OfflineError, endpoint, translate
@@ -22,20 +20,6 @@ from app.hub.errors import GatedRepoError, HubError, OfflineError, endpoint, tra
 log = logging.getLogger(__name__)
 
 UNVERIFIED_NAME = "specula"
-
-
-@dataclass(frozen=True)
-class TokenStatus:
-    present: bool
-    source: str | None  # "HF_TOKEN" or the token file's path
-
-
-def token_status() -> TokenStatus:
-    """Whether huggingface_hub will send a token, and where it comes from (never the token)."""
-    if get_token() is None:
-        return TokenStatus(False, None)
-    from_env = bool(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"))
-    return TokenStatus(True, "HF_TOKEN" if from_env else constants.HF_TOKEN_PATH)
 
 
 def save_token(token: str) -> bool:

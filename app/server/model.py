@@ -16,11 +16,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.drafting.drafters import Drafter, NoDrafter
-from app.engine.errors import ChatTemplateError
+from app.engine.errors import Cancel, ChatTemplateError
 from app.engine.loop.events import GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
-from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
+from app.engine.loop.speculative import DecodeSettings, generate
 from app.engine.settings import GenSettings
 from app.hub.display import display_name
 from app.server.errors import ApiError, bad_field, context_exceeded
@@ -171,7 +171,7 @@ class ServedModel:
 
     # -- generation (called from the worker thread only) ----------------------------------------
 
-    def generate(self, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelCheck) -> Iterator[GenerationEvent]:
+    def generate(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Cancel) -> Iterator[GenerationEvent]:
         drafter = self.new_drafter()
         try:
             yield from generate(self.kv, self.tokenizer, prompt_ids, drafter, settings, cancel)

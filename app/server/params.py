@@ -18,6 +18,7 @@ from typing import Any
 from app.engine.loop.speculative import DecodeSettings
 from app.engine.settings import GenSettings
 from app.server.errors import ApiError, bad_field
+from app.engine.errors import first_line
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOP_STRINGS = 16
@@ -53,7 +54,7 @@ def parse_json(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ApiError(400, f"the request body is not valid JSON: {_one_line(exc)}", "invalid_json") from None
+        raise ApiError(400, f"the request body is not valid JSON: {first_line(exc, 200) or type(exc).__name__}", "invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object", "invalid_json")
     _refuse_lone_surrogates(data)
@@ -88,8 +89,6 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _one_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def parse_chat(data: dict[str, Any]) -> GenerationRequest:

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from app.engine.loop.events import GenerationEvent
-from app.engine.loop.speculative import CancelCheck, DecodeSettings
+from app.engine.loop.speculative import DecodeSettings
 from app.engine.settings import GenSettings
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
+from app.engine.errors import Cancel
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Served(Protocol):
     def decode_settings(self, request: GenerationRequest, n_prompt: int,
                         format_stops: tuple[str, ...]) -> DecodeSettings: ...
 
-    def generate(self, prompt: Any, settings: DecodeSettings, cancel: CancelCheck) -> Iterator[GenerationEvent]: ...
+    def generate(self, prompt: Any, settings: DecodeSettings, cancel: Cancel) -> Iterator[GenerationEvent]: ...
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class ServedServer:
             max_tokens = min(cap, self.default_max_tokens or cap)
         return request.decode_settings(self.defaults, max_tokens, format_stops)
 
-    def generate(self, prompt: ServerPrompt, settings: DecodeSettings, cancel: CancelCheck) -> Iterator[GenerationEvent]:
+    def generate(self, prompt: ServerPrompt, settings: DecodeSettings, cancel: Cancel) -> Iterator[GenerationEvent]:
         """The reply's events, as the server streams them (its timings and draft counts)."""
         if prompt.ids is not None:
             yield from self.session.reply(prompt.ids, settings.max_new_tokens, settings.sampling,

@@ -116,11 +116,6 @@ class ModelWorker:
         with self._lock:
             return max(0, len(self._admitted) - self.processing)
 
-    def check_room(self) -> None:
-        """503 now if a job could not be admitted (the handler asks before tokenizing)."""
-        with self._lock:
-            self._check_room_locked()
-
     def _check_room_locked(self) -> None:
         if self._closed:
             raise shutting_down()

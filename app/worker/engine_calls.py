@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from app.engine.errors import Cancel
 from app.hub.display import display_name
 from app.worker.requests import MODEL, NONE, PairChoice
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
-Cancel = Callable[[], bool]
 
 
 @dataclass

@@ -26,10 +26,9 @@ log = logging.getLogger(__name__)
 
 def one_line(exc: BaseException) -> str:
     """The user-facing line for an error: SpeculaError messages as they are, others named."""
-    from app.engine.errors import SpeculaError
+    from app.engine.errors import SpeculaError, first_line
 
-    text = str(exc).strip().splitlines()
-    first = text[0][:300] if text else ""
+    first = first_line(exc)
     if isinstance(exc, SpeculaError):
         return first or type(exc).__name__
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
@@ -42,14 +41,12 @@ class ModelHost(QObject):
     loadProgress = Signal(str, float)  # stage, fraction 0..1 of the whole pair
     loaded = Signal(dict)  # engine_calls.pair_facts()
     loadFailed = Signal(str)  # one line; also "loading cancelled"
-    unloaded = Signal()
     step = Signal(object)  # app.engine.loop.events.StepEvent (frozen dataclass)
     finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
 
     _probeRequested = Signal()
     _loadRequested = Signal(object, object)  # PairChoice, threading.Event
     _generateRequested = Signal(object, object)  # ChatRequest, threading.Event
-    _unloadRequested = Signal()
 
     def __init__(self) -> None:
         super().__init__()
@@ -58,7 +55,6 @@ class ModelHost(QObject):
         self._probeRequested.connect(self._probe)
         self._loadRequested.connect(self._load)
         self._generateRequested.connect(self._generate)
-        self._unloadRequested.connect(self._unload)
 
     # --- called from the GUI thread: each only queues a job -------------------------------
 
@@ -70,9 +66,6 @@ class ModelHost(QObject):
 
     def generate(self, request: ChatRequest) -> None:
         self._generateRequested.emit(request, self._new_job())
-
-    def unload(self) -> None:
-        self._unloadRequested.emit()
 
     def current_pair(self):
         """The loaded pair (engine_calls.LoadedPair) or None. Read from the GUI thread after
@@ -188,11 +181,6 @@ class ModelHost(QObject):
     def release(self) -> None:
         """Drop the pair (stopping a llama-server it started); called once the thread has ended."""
         self._drop_pair()
-
-    @Slot()
-    def _unload(self) -> None:
-        self._drop_pair()
-        self.unloaded.emit()
 
     def _drop_pair(self) -> None:
         if self._pair is None:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from app.engine.errors import Cancel
 from app.worker.requests import AT_URL, MODEL, ChatRequest, PairChoice
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
-Cancel = Callable[[], bool]
 
 
 @dataclass

@@ -15,9 +15,9 @@ from typing import Any, Callable, Protocol
 
 from app.engine.gguf.info import GGUFInfo
 from app.engine.seam import KVModelLike
+from app.engine.errors import Cancel
 
 ProgressCallback = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
-CancelCheck = Callable[[], bool]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class LoadRequest:
     # here: no backend module is, so that every backend can import this one
     llama: Any = None
     progress: ProgressCallback | None = None
-    cancel: CancelCheck | None = None
+    cancel: Cancel | None = None
     started: float | None = None  # when the load began (the header read counts in load_s)
 
 

@@ -57,11 +57,3 @@ def save_key(path: str | Path, url: str, key: str) -> None:
     log.info("an API key for %s was stored in %s", url, path)
 
 
-def forget_key(path: str | Path, url: str) -> bool:
-    """Remove the key stored for `url`; True when there was one."""
-    path = Path(path)
-    keys = _read_all(path)
-    if keys.pop(url.rstrip("/"), None) is None:
-        return False
-    write_atomic(path, json.dumps(keys).encode("utf-8"), mode=PRIVATE)
-    return True

@@ -16,11 +16,11 @@ from typing import Iterator
 
 import jinja2
 
-from app.engine.errors import ChatTemplateError, ContextFullError
+from app.engine.errors import Cancel, ChatTemplateError, ContextFullError
 from app.engine.loop.template_guard import install as install_template_guard
 from app.engine.loop.events import DoneEvent, GenerationEvent
 from app.engine.seam import Drafter, KVModelLike as KVModel
-from app.engine.loop.speculative import CancelCheck, DecodeSettings, generate
+from app.engine.loop.speculative import DecodeSettings, generate
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class ChatSession:
         user_text: str,
         drafter: Drafter | None = None,
         settings: DecodeSettings = DecodeSettings(),
-        cancel: CancelCheck | None = None,
+        cancel: Cancel | None = None,
     ) -> Iterator[GenerationEvent]:
         """Add the user's message, stream the reply, and keep it (also a partial one)."""
         self.messages.append({"role": "user", "content": user_text})

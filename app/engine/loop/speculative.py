@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 
 
 from app.engine.loop.detok import IncrementalDetokenizer
-from app.engine.errors import ContextFullError
+from app.engine.errors import Cancel, ContextFullError
 from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.seam import DEFAULT_DRAFT_MAX, Draft, Drafter, KVModelLike as KVModel, NoDrafter, common_prefix_length, first_argmax
 from app.engine.loop.sampling import (
@@ -52,7 +52,6 @@ class DecodeSettings:
     adaptive_draft: bool = True
 
 
-CancelCheck = Callable[[], bool]
 
 
 def _first_token(logits, sampling: SamplingParams, gen: Generator) -> int:
@@ -95,7 +94,7 @@ def generate(
     prompt_ids: Sequence[int],
     drafter: Drafter | None = None,
     settings: DecodeSettings = DecodeSettings(),
-    cancel: CancelCheck | None = None,
+    cancel: Cancel | None = None,
     accept_rule: AcceptRule = speculative_accept,
 ) -> Iterator[GenerationEvent]:
     """Generate a reply to prompt_ids, yielding a StepEvent per step and a final DoneEvent."""
@@ -146,7 +145,7 @@ class _Generation:
         self.sampling = settings.sampling
         drafter.configure(self.sampling, settings.draft_p_min)
         self.gen = make_generator(self.sampling.seed)
-        self.stop_ids = set(settings.stop_token_ids if settings.stop_token_ids is not None else _eos_ids(tokenizer))
+        self.stop_ids = set(settings.stop_token_ids if settings.stop_token_ids is not None else eos_ids(tokenizer))
         self.detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self.stops = StopMatcher(settings.stop_strings)
         self.counters = StepCounters()
@@ -289,7 +288,8 @@ def _decode_step(tokens: list[int], origins: list[Origin], detok: IncrementalDet
     return len(tokens), text, min(draft_raw, len(text)), False
 
 
-def _eos_ids(tokenizer) -> list[int]:
+def eos_ids(tokenizer) -> list[int]:
+    """The model's end-of-generation ids (a reply stops at any of them)."""
     value = getattr(tokenizer, "eos_token_id", None)
     if isinstance(value, int):
         return [value]

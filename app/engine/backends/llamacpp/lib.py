@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.atomic import read_json_object
-from app.engine.errors import SpeculaError
+from app.engine.errors import SpeculaError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def import_problem() -> str | None:
     except ImportError:
         return "llama-cpp-python is not installed (python3 packaging/bootstrap.py installs it)"
     except (OSError, RuntimeError) as exc:  # the shared library itself failed to load
-        return f"llama.cpp's library failed to load: {_first_line(exc)}"
+        return f"llama.cpp's library failed to load: {first_line(exc, 200) or type(exc).__name__}"
     return None
 
 
@@ -272,6 +272,3 @@ def _cpu_identity() -> str:
     return "\n".join(sorted(set(wanted)))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__

@@ -42,7 +42,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, 
 
 from app.engine.backends.torch import bpe_form
 from app.engine.atomic import write_atomic
-from app.engine.errors import LoadCancelled, ModelFileError
+from app.engine.errors import Cancel, LoadCancelled, ModelFileError
 from app.engine.gguf.info import GGUFInfo, check_tensor_table, hash_header
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ _CHUNK_ELEMENTS = 1 << 20
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 ProgressCallback = Callable[[str, float], None]
-CancelCheck = Callable[[], bool]
 
 
 def can_fast_load(info: GGUFInfo) -> bool:
@@ -143,7 +142,7 @@ def load_weights(
     info: GGUFInfo,
     config: dict,
     progress: ProgressCallback | None = None,
-    cancel: CancelCheck | None = None,
+    cancel: Cancel | None = None,
     on_table: Callable[[str, torch.Tensor], None] | None = None,
 ) -> None:
     """Fill `model`'s parameters from the file, in place, one tensor (or block of rows) in flight.
@@ -231,7 +230,7 @@ def _check_all_filled(model: torch.nn.Module, filled: set[str], info: GGUFInfo) 
 
 
 def build_model(info: GGUFInfo, dtype: torch.dtype, progress: ProgressCallback | None = None,
-                cancel: CancelCheck | None = None,
+                cancel: Cancel | None = None,
                 on_table: Callable[[str, torch.Tensor], None] | None = None) -> torch.nn.Module:
     """The model in `dtype`, every weight dequantized. on_table: see load_weights."""
     config = build_config(info)

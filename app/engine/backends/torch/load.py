@@ -22,9 +22,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
 from app.engine.backends.torch import fastload
-from app.engine.backends.base import CancelCheck, LoadRequest, ProgressCallback
+from app.engine.backends.base import LoadRequest, ProgressCallback
 from app.engine.backends.torch.device import DevicePlan, apply_plan, resolve_plan
-from app.engine.errors import DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError
+from app.engine.errors import Cancel, DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError, first_line
 from app.engine.gguf.info import GGUFInfo, format_bytes, read_tensor
 from app.engine.machine import memory_limit_bytes
 from app.engine.backends.torch.kv import require_cache_argument
@@ -85,7 +85,7 @@ def check_memory(info: GGUFInfo, plan: DevicePlan) -> None:
 
 
 @contextlib.contextmanager
-def _tensor_progress(progress: ProgressCallback | None, cancel: CancelCheck | None) -> Iterator[None]:
+def _tensor_progress(progress: ProgressCallback | None, cancel: Cancel | None) -> Iterator[None]:
     """Report transformers' per-tensor dequantization loop as progress, and cancel inside it."""
     original = gguf_utils.tqdm
 
@@ -132,7 +132,7 @@ def load_torch(path: Path, info: GGUFInfo, request: LoadRequest,
     except MemoryError as exc:
         raise InsufficientMemoryError(f"{name}: ran out of memory while loading") from exc
     except Exception as exc:  # transformers raises bare ValueError/KeyError/OSError on bad files
-        raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {_first_line(exc)})") from exc
+        raise ModelFileError(f"{name}: could not be loaded ({type(exc).__name__}: {first_line(exc, 200)})") from exc
     model.eval()
     rope_freqs = read_tensor(info, "rope_freqs.weight") if _has_tensor(info, "rope_freqs.weight") else None
     rope_fix = apply_rope_scaling(model, info.architecture, info.metadata, rope_freqs)
@@ -144,7 +144,7 @@ def load_torch(path: Path, info: GGUFInfo, request: LoadRequest,
 
 
 def _fast_load(info: GGUFInfo, plan: DevicePlan, progress: ProgressCallback | None,
-               cancel: CancelCheck | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
+               cancel: Cancel | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
     """Our fast path (app.engine.backends.torch.fastload). The tokenizer loads on a thread while the weights
     load (their torch kernels release the GIL), but only once the embedding table is filled: the
     tokenizer's parsing holds the GIL for up to a second at a time, and the table's many small
@@ -173,7 +173,7 @@ def torch_runs(info: GGUFInfo) -> bool:
 
 
 def _transformers_load(path: Path, plan: DevicePlan, progress: ProgressCallback | None,
-                       cancel: CancelCheck | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
+                       cancel: Cancel | None) -> tuple[transformers.PreTrainedTokenizerBase, torch.nn.Module]:
     """transformers' own GGUF path: every architecture it supports, slowly (see fastload)."""
     folder, name = str(path.parent), path.name
     with _LOAD_LOCK, _tensor_progress(progress, cancel):
@@ -190,9 +190,6 @@ def _has_tensor(info: GGUFInfo, name: str) -> bool:
     return any(t.name == name for t in info.tensors)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""
 
 
 __all__ = ["load_torch", "supported_architectures", "check_supported", "torch_runs"]
