@@ -66,3 +66,14 @@ def demo_path():
     from app.hub.builtin import builtin_path
 
     return builtin_path
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh app data folder, and an empty Hugging Face cache (the library lists the cache)."""
+    from huggingface_hub import constants
+
+    folder = tmp_path / "specula-data"
+    monkeypatch.setenv("SPECULA_DATA_DIR", str(folder))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    return folder

@@ -25,7 +25,7 @@ from app.engine.errors import LoadCancelled, ModelFileError
 from app.hub import builtin
 from app.hub.assemble import Assembly, AssemblyProgress, assemble, is_assembled, part_files, stamp_of
 from app.worker.requests import GenSettings
-from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, send, shot  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, open_window, send, shot  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 _installed = pytest.mark.skipif(not builtin.pair_installed(),

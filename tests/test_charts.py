@@ -251,7 +251,7 @@ def test_a_reply_that_drafted_once_shows_its_acceptance(charts, qtbot):
     on the acceptance chart (one point of a line draws nothing); the whole-reply entry of its
     legend never drew either."""
     from app.ui.chat.charts import ACCEPT
-    from tests.test_gui import shot
+    from tests.gui_support import shot
 
     charts.reset(100.0)
     charts.add_step(step(100.01, 1))

@@ -16,7 +16,7 @@ from app.compare.fastest import fastest
 from app.compare.results import MODEL, NONE
 from app.ui.compare.choice import USE_TEXT
 from tests.test_compare_view import WAIT_MS, one_torch_thread, set_up, wait_done  # noqa: F401 (autouse fixture)
-from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import add_models, open_window, shot  # noqa: F401
 
 def compared(qtbot, tiny_paths):
     """The main window with two tiny models, its Compare window after a finished real run."""

@@ -8,7 +8,6 @@ from PySide6.QtCore import Qt
 from app.compare.results import ConfigSpec
 from app.compare.summary import Row, _judge
 from app.worker.requests import LOOKUP
-from tests.test_gui import data_dir  # noqa: F401 (a fixture)
 
 
 def row(category: str, speedup: float, accept_rate: float) -> Row:
@@ -28,7 +27,7 @@ def test_a_gain_without_accepted_drafts_is_not_headlined():
 
 def test_the_compare_header_names_the_model_as_the_library_does(qtbot, data_dir, tiny_paths):
     from tests.test_compare_view import compare_window, set_up, wait_done
-    from tests.test_gui import shot
+    from tests.gui_support import shot
 
     window = compare_window(qtbot, [tiny_paths["llama-f32"], tiny_paths["llama-other"]])
     set_up(window, tiny_paths, n_predict=8)

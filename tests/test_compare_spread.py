@@ -18,7 +18,7 @@ from app.compare.results import (COMPARE_DEFAULTS, LOOKUP, NONE, CompareRun, Con
 from app.engine.loop.events import RunSummary, StopReason
 from app.compare.summary import speedup_spread, tps_spread, verdict
 from app.ui.compare.choice import WIN_COLOUR
-from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import shot  # noqa: F401
 
 TOKENS = 40
 PROMPTS = (Prompt("code", "def f(x):"), Prompt("chat", "hello"))

@@ -17,7 +17,7 @@ from app.compare.results import CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, load_r
 from app.compare.summary import verdict
 from app.ui.compare.view import CompareWindow, runs_dir
 from app.ui.models.library import FILE, entry_for_file
-from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import add_models, open_window, shot  # noqa: F401
 
 WAIT_MS = 120_000
 COPY = "The model reads the file and the model writes the file. " * 3

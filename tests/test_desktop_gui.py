@@ -18,7 +18,7 @@ from app.desktop_entry import ICON_SIZES
 from app.hub.builtin import builtin_path
 from app.ui.shell.launch import make_app
 from app.worker.requests import DEFAULT_DRAFTER, NONE
-from tests.test_gui import WAIT_MS, add_models, data_dir, load_pair, open_window  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, load_pair, open_window  # noqa: F401
 
 SHOTS = Path("/tmp/specula-shots")
 

@@ -6,107 +6,13 @@ Set SPECULA_SHOTS=/some/folder to save screenshots of the states these tests rea
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtWidgets import QApplication
 
-from app.history import HistoryStore
-from app.ui.shell.main_window import MainWindow
 from app.ui.common.paths import history_path
 from app.worker.requests import LOOKUP, MODEL, NONE, GenSettings
-
-WAIT_MS = 120_000
-GREEDY = GenSettings(temperature=0.0, max_tokens=48)
-# A tiny main model's step costs about what its tiny draft's does, so whether the adaptive length
-# drafts there at all depends on the machine's measured costs: tests that must see drafts draft a
-# fixed length (the schedule's choices are tested in test_schedule).
-GREEDY_FIXED = GenSettings(temperature=0.0, max_tokens=48, adaptive_draft=False)
-LONG = GenSettings(temperature=0.0, max_tokens=400)
-
-
-# --- helpers shared by the GUI test modules ---------------------------------------------------
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch) -> Path:
-    """A fresh app data folder, and an empty Hugging Face cache (the library lists the cache)."""
-    from huggingface_hub import constants
-
-    folder = tmp_path / "specula-data"
-    monkeypatch.setenv("SPECULA_DATA_DIR", str(folder))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    return folder
-
-
-def shot(widget, name: str) -> None:
-    """Save a screenshot of a window or widget when SPECULA_SHOTS names a folder."""
-    folder = os.environ.get("SPECULA_SHOTS")
-    if folder:
-        QApplication.processEvents()
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        widget.grab().save(str(Path(folder) / f"{name}.png"))
-
-
-def open_window(qtbot) -> MainWindow:
-    window = MainWindow()
-    qtbot.addWidget(window)  # closed (and shut down) at the end of the test
-    window.resize(1440, 900)
-    window.show()
-    qtbot.waitUntil(lambda: bool(window.library.entries()) and not window.library.is_scanning(), timeout=WAIT_MS)
-    return window
-
-
-def add_models(qtbot, window, paths) -> None:
-    window.library.add_files([str(p) for p in paths])
-    wanted = {str(p) for p in paths}
-    qtbot.waitUntil(lambda: not window.library.is_scanning()
-                    and wanted <= {e.path for e in window.library.entries()}, timeout=WAIT_MS)
-
-
-def load_pair(qtbot, window, main, kind=NONE, draft=None) -> dict:
-    picker = window.picker
-    assert picker.select_main(str(main)), f"{main} is not selectable"
-    assert picker.select_draft(kind, str(draft) if draft else None), f"draft {kind} {draft} not selectable"
-    qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not picker.cancel_button.isEnabled(), timeout=WAIT_MS)
-    assert window.loaded_facts is not None, picker.state_label.text()
-    return window.loaded_facts
-
-
-def start_reply(qtbot, window, text: str, settings: GenSettings = GREEDY) -> None:
-    window.gen_form.set_settings(settings)
-    window.panel.input.setPlainText(text)
-    qtbot.keyClick(window.panel.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    assert window.controller.busy, "Ctrl+Enter did not send"
-
-
-def send(qtbot, window, text: str, settings: GenSettings = GREEDY) -> dict:
-    with qtbot.waitSignal(window.controller.replyFinished, timeout=WAIT_MS) as blocker:
-        start_reply(qtbot, window, text, settings)
-    summary, error = blocker.args
-    assert error == "", error
-    return summary
-
-
-def marked_chars(view) -> int:
-    """Characters the conversation view shows with the accepted-draft highlight."""
-    count, block = 0, view.document().begin()
-    while block.isValid():
-        for span in block.textFormats():
-            if span.format.background().color() == view.theme.draft:
-                count += span.length
-        block = block.next()
-    return count
-
-
-def visible_text(window) -> str:
-    return window.panel.view.document().toPlainText()
-
-
-def reopen_store(data_dir: Path) -> HistoryStore:
-    return HistoryStore(data_dir / "history.sqlite3")
+from tests.gui_support import (GREEDY_FIXED, LONG, WAIT_MS, add_models, load_pair, marked_chars, open_window, reopen_store, send,
+                               shot, start_reply, visible_text)
 
 
 # --- the whole path -------------------------------------------------------------------------

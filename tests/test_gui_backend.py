@@ -6,7 +6,7 @@ import json
 
 from app.worker.requests import LOOKUP
 from tests.llama_support import require_llama_cpp
-from tests.test_gui import add_models, data_dir, load_pair, open_window, shot  # noqa: F401
+from tests.gui_support import add_models, load_pair, open_window, shot  # noqa: F401
 
 
 def test_the_backend_is_chosen_shown_with_its_reason_and_remembered(qtbot, data_dir, tiny_paths):

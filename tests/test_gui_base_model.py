@@ -10,7 +10,7 @@ from __future__ import annotations
 from app.engine.loop.chat import ChatSession, plain_text, render_prompt
 from app.ui.models.pair_picker import BASE_MODEL_NOTE
 from app.worker.requests import GenSettings
-from tests.test_gui import add_models, data_dir, load_pair, open_window, send, shot  # noqa: F401 (data_dir)
+from tests.gui_support import add_models, load_pair, open_window, send, shot  # noqa: F401
 
 SHORT = GenSettings(temperature=0.0, max_tokens=8)
 TEXT = "Once upon a time"

@@ -18,7 +18,7 @@ from app.engine.drafting.compat import check_compatibility, check_draft
 from app.engine.gguf.info import format_bytes, read_gguf_info
 from app.ui.discover.panel import KEY_ROLE, DiscoverPanel
 from app.worker.hub_tasks import HubCalls
-from tests.test_gui import shot
+from tests.gui_support import shot
 from tests.hf_server import (BIG_FILE, GOOD_TOKEN, REPO_BIG, REPO_BROKEN, REPO_FOREIGN, REPO_GATED, REPO_MID, REPO_SMALL,
                              SPLIT_FIRST, fake_hub, hub, hub_files)  # noqa: F401
 

@@ -19,7 +19,7 @@ from app.hub.builtin import builtin_path, is_installed
 from app.hub.library import list_local_models
 from app.ui.discover.text import BAD, GOOD, WARN, draft_html
 from tests.hf_server import BIG_FILE, REPO_BIG, REPO_FOREIGN, REPO_MID, REPO_SMALL, fake_hub, hub, hub_files  # noqa: F401
-from tests.test_gui import shot
+from tests.gui_support import shot
 from tests.test_gui_discover import WAIT_MS, browse, panel, pick_file, pick_repo  # noqa: F401 (panel: a fixture)
 
 MAIN_TITLE = "specula-test/Tiny-Llama-4L-GGUF (F32)"  # what the library calls the main model

@@ -5,7 +5,7 @@ beside the drafter, and the draft comes back with a main model it fits again."""
 from __future__ import annotations
 
 from app.worker.requests import DEFAULT_DRAFTER, DRAFTER_TEXT, MODEL
-from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import add_models, open_window, shot  # noqa: F401
 
 
 def test_the_drafter_stays_where_it_fits_and_says_why_where_not(qtbot, data_dir, tiny_paths):

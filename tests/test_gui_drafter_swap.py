@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from app.worker.requests import LOOKUP, MODEL, NGRAM_CACHE, NONE
 from tests.llama_support import require_llama_cpp
-from tests.test_gui import GREEDY, WAIT_MS, add_models, data_dir, load_pair, open_window, send, shot  # noqa: F401
+from tests.gui_support import GREEDY, WAIT_MS, add_models, load_pair, open_window, send, shot  # noqa: F401
 
 
 def _apply(qtbot, window, stages: list[str]) -> float:

@@ -17,7 +17,7 @@ from app.engine.llama_server.keys import KEYS_FILE
 from app.engine.llama_server.process import LlamaServer
 from app.ui.common.format import stats_line
 from app.worker.requests import AT_URL, HERE, LLAMA_SERVER, MODEL, GenSettings
-from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, send, shot, start_reply  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, open_window, send, shot, start_reply  # noqa: F401
 from tests.test_llama_server import _require_server, _run, _workers
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
 

@@ -12,7 +12,7 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox, QScrollBar, QWidget
 
 from app.ui.chat.panel import ChatPanel
-from tests.test_gui import data_dir, open_window, shot  # noqa: F401 (data_dir is a fixture)
+from tests.gui_support import open_window, shot  # noqa: F401
 
 
 # --- Enter sends, Shift+Enter is a new line ---------------------------------------------------
@@ -98,7 +98,7 @@ def test_the_wheel_changes_no_setting_it_only_passes_over(qtbot, data_dir):
 def test_regenerate_keeps_earlier_versions_to_switch_between(qtbot, data_dir, tiny_paths):
     from PySide6.QtCore import QUrl
 
-    from tests.test_gui import WAIT_MS, add_models, load_pair, reopen_store, send, visible_text
+    from tests.gui_support import WAIT_MS, add_models, load_pair, reopen_store, send, visible_text
     from app.worker.requests import LOOKUP, GenSettings
 
     window = open_window(qtbot)
@@ -143,7 +143,7 @@ def test_regenerate_keeps_earlier_versions_to_switch_between(qtbot, data_dir, ti
 # --- the local server: any model name, and it stays on ----------------------------------------
 
 def test_the_server_takes_any_model_name_and_stays_on_across_loads_and_restarts(qtbot, data_dir, tiny_paths):
-    from tests.test_gui import WAIT_MS, add_models, load_pair
+    from tests.gui_support import WAIT_MS, add_models, load_pair
     from tests.test_gui_serve import free_port, post
     from app.worker.requests import LOOKUP, NONE
 
@@ -190,7 +190,7 @@ def test_the_server_takes_any_model_name_and_stays_on_across_loads_and_restarts(
 # --- the n-gram cache learns from every chat with its main model ------------------------------
 
 def test_the_ngram_cache_learns_from_chats_drafted_otherwise(qtbot, data_dir, tiny_paths):
-    from tests.test_gui import GREEDY_FIXED, add_models, load_pair, send
+    from tests.gui_support import GREEDY_FIXED, add_models, load_pair, send
     from app.worker.requests import LOOKUP, NGRAM_CACHE, NONE
 
     main = tiny_paths["llama-f32"]
@@ -214,7 +214,7 @@ def test_the_ngram_cache_learns_from_chats_drafted_otherwise(qtbot, data_dir, ti
 # --- Load in sight, steady panels, no stale status --------------------------------------------
 
 def test_load_is_in_sight_and_the_panel_keeps_its_height(qtbot, data_dir, tiny_paths):
-    from tests.test_gui import add_models
+    from tests.gui_support import add_models
 
     window = open_window(qtbot)
     add_models(qtbot, window, [tiny_paths["llama-f32"]])
@@ -241,7 +241,7 @@ def test_load_is_in_sight_and_the_panel_keeps_its_height(qtbot, data_dir, tiny_p
 
 
 def test_stopping_does_not_outlive_the_stop(qtbot, data_dir, tiny_paths):
-    from tests.test_gui import LONG, WAIT_MS, add_models, load_pair, start_reply
+    from tests.gui_support import LONG, WAIT_MS, add_models, load_pair, start_reply
 
     window = open_window(qtbot)
     add_models(qtbot, window, [tiny_paths["llama-f32"]])

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.hf_server import REPO_MID, fake_hub, hub, hub_files  # noqa: F401 (fixtures)
 from tests.test_compare_view import compare_window, one_torch_thread, set_up, wait_done  # noqa: F401
-from tests.test_gui import WAIT_MS, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import WAIT_MS, open_window, shot  # noqa: F401
 from tests.test_gui_discover import browse
 
 SCREENS = [(1366, 768), (1440, 900)]

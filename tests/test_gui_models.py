@@ -12,8 +12,7 @@ from PySide6.QtWidgets import QFileDialog
 from app.engine.gguf.info import format_bytes
 from app.hub.builtin import builtin_path
 from app.worker.requests import LOOKUP, MODEL, NONE
-from tests.test_gui import (GREEDY_FIXED, add_models, data_dir, load_pair, open_window, send,  # noqa: F401
-                            shot)
+from tests.gui_support import GREEDY_FIXED, add_models, load_pair, open_window, send, shot
 from tests.test_worker import foreign_vocab_path  # noqa: F401
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.worker.requests import LOOKUP
-from tests.test_gui import WAIT_MS, add_models, data_dir, load_pair, open_window, send, shot  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, load_pair, open_window, send, shot  # noqa: F401
 
 
 def test_a_restart_offers_the_last_pair_and_disables_what_cannot_work(qtbot, data_dir, tiny_paths):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from tests.test_gui import WAIT_MS, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import WAIT_MS, open_window, shot  # noqa: F401
 
 TITLE = "SmolLM2 135M Instruct (Q4_1)"
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from app.compare.fastest import Fastest
 from app.worker.requests import LOOKUP, NGRAM_CACHE
 from tests.llama_support import require_llama_cpp
-from tests.test_gui import WAIT_MS, add_models, data_dir, load_pair, open_window, shot  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, load_pair, open_window, shot  # noqa: F401
 
 
 def press(qtbot, window) -> None:

@@ -12,7 +12,7 @@ from app.ui.chat.controller import StreamingReply
 from app.ui.chat.conversation import ConversationView
 from app.ui.chat.render import align, rendered_runs
 from app.worker.requests import GenSettings, PairChoice
-from tests.test_gui import data_dir, marked_chars  # noqa: F401
+from tests.gui_support import marked_chars  # noqa: F401
 
 
 def rendered(markdown: str) -> str:
@@ -152,7 +152,7 @@ def test_the_windows_saved_gen_settings_from_before_issue_49_load_into_the_form(
     from pathlib import Path
 
     from app.ui.common.paths import open_settings
-    from tests.test_gui import open_window, shot
+    from tests.gui_support import open_window, shot
 
     saved = (Path(__file__).resolve().parent / "data" / "gen_settings_v1.json").read_text()
     settings = open_settings()

@@ -16,7 +16,7 @@ from app.hub.identity import same_header_weights, same_weights
 from app.ui.models.draft_labels import SAME_WEIGHTS
 from app.ui.models.library import FILE, entry_for_file
 from app.worker.requests import DEFAULT_DRAFTER, MODEL
-from tests.test_gui import data_dir, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import shot  # noqa: F401
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from app.hub.draft_verdict import NO_GAIN, SELF_DRAFT_COST, draft_verdict
 from app.engine.drafting.compat import check_draft
 from app.engine.gguf.info import read_gguf_info
 from app.worker.requests import MODEL, GenSettings
-from tests.test_gui import add_models, data_dir, load_pair, open_window, send, shot, visible_text  # noqa: F401
+from tests.gui_support import add_models, load_pair, open_window, send, shot, visible_text  # noqa: F401
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from app.worker.requests import LOOKUP
-from tests.test_gui import WAIT_MS, add_models, data_dir, load_pair, open_window, send  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, load_pair, open_window, send  # noqa: F401
 
 
 def free_port() -> int:

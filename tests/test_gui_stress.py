@@ -17,7 +17,7 @@ from PySide6.QtGui import QImage
 
 from app.history import HistoryStore
 from app.worker.requests import NONE, GenSettings
-from tests.test_gui import add_models, data_dir, load_pair, open_window, send, visible_text  # noqa: F401
+from tests.gui_support import add_models, load_pair, open_window, send, visible_text  # noqa: F401
 from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parent.parent

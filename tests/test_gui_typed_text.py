@@ -4,7 +4,7 @@ completion toggle at once."""
 
 from __future__ import annotations
 
-from tests.test_gui import GREEDY, add_models, data_dir, load_pair, open_window, send, shot, visible_text  # noqa: F401
+from tests.gui_support import GREEDY, add_models, load_pair, open_window, send, shot, visible_text  # noqa: F401
 
 
 def test_the_lines_of_a_message_stay_lines(qtbot, data_dir, tiny_paths):

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from app.ui.compare.view import CompareWindow
 from app.ui.models.library import FILE, entry_for_file
 from app.worker.requests import MODEL
-from tests.test_gui import add_models, data_dir, open_window, shot  # noqa: F401 (data_dir: a fixture)
+from tests.gui_support import add_models, open_window, shot  # noqa: F401
 
 
 def test_long_names_can_be_read_whole(qtbot, data_dir, tiny_paths):

@@ -8,7 +8,7 @@ from pathlib import Path
 from huggingface_hub import constants
 
 from tests.hf_server import REPO_MID, REPO_SMALL, fake_hub, hub, hub_files  # noqa: F401
-from tests.test_gui import WAIT_MS, load_pair, open_window
+from tests.gui_support import WAIT_MS, load_pair, open_window
 from tests.test_gui_discover import browse
 
 

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 
 from app.worker.requests import LLAMA_SERVER, GenSettings
-from tests.test_gui import WAIT_MS, add_models, data_dir, open_window, send, shot  # noqa: F401
+from tests.gui_support import WAIT_MS, add_models, open_window, send, shot  # noqa: F401
 from tests.test_gui_engines import choose, press_load
 from tests.test_gui_serve import post, start_serving
 from tests.test_llama_server import _require_server, _run

@@ -10,7 +10,7 @@ from pathlib import Path
 from app.engine.loop.events import Origin, StepEvent
 from app.engine.loop.replay import linear_curve, measured_curve
 from app.ui.chat.why import WhyPanel
-from tests.test_gui import shot
+from tests.gui_support import shot
 
 # The real pair's acceptance recorded on the bench's prompts (tests/data/qwen_pair_acceptance.json).
 RECORDED = Path(__file__).parent / "data" / "qwen_pair_acceptance.json"
