@@ -76,14 +76,21 @@ def _wait_for(condition, timeout_s: float) -> bool:
     return condition()
 
 
+def _hangup_as_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Specula:
     """`python -m app ARGS` with its stderr in a file; remembers the children it was seen with."""
 
     def __init__(self, args: list[str], log: Path) -> None:
         self.log = log
         with open(log, "wb") as out:
+            # SIGHUP as a terminal gives it: a suite run under nohup would hand its ignoring on,
+            # and Specula rightly keeps an ignored SIGHUP ignored.
             self.proc = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=ENV,
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         preexec_fn=_hangup_as_default)
         self.seen: list[tuple[int, str]] = []
 
     def text(self) -> str:
