@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import app
-from app.engine.atomic import write_atomic
+from app.common.atomic import write_atomic
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)

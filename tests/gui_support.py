@@ -10,7 +10,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.history import HistoryStore
+from app.ui.chat.history import HistoryStore
 from app.ui.shell.main_window import MainWindow
 from app.worker.requests import NONE, GenSettings
 

@@ -71,5 +71,5 @@ def test_bench_gpu_parser_imports_no_torch():
     import sys
 
     code = ("import sys; from app.cli import build_parser; build_parser(); "
-            "sys.exit(1 if {'torch', 'app.cli.bench_gpu'} & set(sys.modules) else 0)")
+            "sys.exit(1 if {'torch', 'app.cli.bench.gpu'} & set(sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.cli.bench_verdict import format_verdict, verdicts
+from app.cli.bench.verdict import format_verdict, verdicts
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def test_without_speedups_the_rates_decide():
 
 
 def test_the_limit_is_the_best_tokens_per_step_time_the_curve_allows():
-    from app.cli.bench import ceiling
+    from app.cli.bench.command import ceiling
 
     curve = {1: 1.0, 2: 1.79, 5: 3.59, 9: 8.26, 17: 12.0, 33: 19.2, 65: 34.4}  # the 1.5B on 2 cores
 

@@ -174,7 +174,7 @@ def test_the_installed_packages_join_into_the_real_files(pair_files):
 @needs_pair
 def test_the_real_pair_drafts_and_keeps_the_main_models_greedy_reply(pair_files):
     from app.engine.drafting.factory import make_drafter
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.fidelity import compare_to_plain
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings, generate

@@ -9,7 +9,7 @@ import PySide6
 import pytest
 from PySide6.QtGui import QColor, QImage
 
-from app.engine.loop.events import Origin, StepEvent
+from app.engine.events import Origin, StepEvent
 from app.ui.chat.charts import LiveCharts, _nice_ceiling
 from app.ui.common.format import relative_time, stats_line
 
@@ -45,7 +45,7 @@ def test_qt_binding_keeps_none_alive(qapp):
 def generation(tiny_loaded):
     """The events of a real greedy generation with prompt lookup on a tiny GGUF model."""
     from app.engine.drafting.drafters import PromptLookupDrafter
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings, generate
 

@@ -7,7 +7,7 @@ import pytest
 from app.engine.loop.chat import ChatSession, render_prompt
 from app.engine.drafting.drafters import PromptLookupDrafter
 from app.engine.errors import ContextFullError
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
 

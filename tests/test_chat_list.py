@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QLineEdit, QStyleOptionViewItem
 
-from app.history import HistoryStore
+from app.ui.chat.history import HistoryStore
 from app.ui.chat.chat_list import SEARCH_DELAY_MS, ChatList
 
 

@@ -330,7 +330,7 @@ def test_calibrate_on_torch_says_there_is_nothing_to_calibrate(specula, tiny_pat
 def test_bench_without_llama_cpps_rows_when_it_cannot_load_the_file(specula, tiny_paths, monkeypatch):
     """llama-cpp-python raises ValueError("Failed to load model from file: ...") for a file its
     llama.cpp cannot run (an architecture newer than it, say): our rows still come, with one line."""
-    from app.cli import bench_llamacpp
+    from app.cli.bench import llamacpp as bench_llamacpp
 
     class RefusingPeer:
         def __init__(self, path, **_settings):
@@ -378,7 +378,7 @@ def test_bench_puts_llama_servers_speculation_beside_ours(specula, tiny_paths):
     """llama-server (built from the binding's source) on the same file and prompt ids: plain and
     every n-gram type, the first request on a fresh server and the same request again, its greedy
     reply the same as ours, and the verdict table of our best against its best."""
-    from app.cli.bench_server import SERVER_TYPES, available
+    from app.cli.bench.server import SERVER_TYPES, available
     from tests.llama_support import require_llama_cpp
 
     require_llama_cpp()
@@ -405,7 +405,7 @@ def test_bench_on_a_pair_has_the_rows_a_pair_user_tries_on_both_engines(specula,
     """With -md: plain, the default n-gram drafter, the draft model as scheduled and at llama.cpp's
     fixed length, the draft model with n-gram drafts; llama-server plain, draft-simple at its defaults
     and at 8 drafts, ngram-mod, and draft-simple with ngram-mod; each first and again."""
-    from app.cli.bench_server import PAIR_TYPES, available
+    from app.cli.bench.server import PAIR_TYPES, available
     from tests.llama_support import require_llama_cpp
 
     require_llama_cpp()
@@ -447,7 +447,7 @@ def test_bench_without_llama_server_says_so_in_one_line(specula, tiny_paths, tmp
 
 
 def test_bench_repeats_run_in_rounds_and_keep_each_rows_run_of_median_time():
-    from app.cli.bench import _interleaved_runs, _median_run
+    from app.cli.bench.command import _interleaved_runs, _median_run
 
     times = {"plain": iter([0.9, 0.3, 0.5, 2.0, 0.4]), "lookup": iter([0.2, 0.6, 0.1, 0.7, 0.3])}
     calls = []
@@ -469,7 +469,7 @@ def test_bench_speedups_are_the_median_of_each_rounds_ratio():
     drifts between rounds, and the median runs of two rows may come from rounds far apart."""
     from types import SimpleNamespace
 
-    from app.cli.bench import _paired_speedups
+    from app.cli.bench.command import _paired_speedups
 
     def ours(seconds, decode_tps):
         return ([1] * 10, seconds, SimpleNamespace(decode_tps=decode_tps))

@@ -279,7 +279,7 @@ def test_prompt_files_and_arguments(tmp_path):
 
 
 def test_bench_reuses_the_builtin_prompts():
-    from app.cli.bench_args import PROMPTS as BENCH
+    from app.cli.bench.args import PROMPTS as BENCH
 
     assert BENCH["code-rewrite"] == builtin_prompts(["code"])[0].text
     assert set(BENCH) == {"code-rewrite"} | (set(CATEGORIES) - {"code"})

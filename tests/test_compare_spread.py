@@ -15,7 +15,7 @@ from app.compare.fastest import fastest, reproduce_line
 from app.compare.prompts import Prompt
 from app.compare.results import (COMPARE_DEFAULTS, LOOKUP, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult,
                                  RunSettings)
-from app.engine.loop.events import RunSummary, StopReason
+from app.engine.events import RunSummary, StopReason
 from app.compare.summary import speedup_spread, tps_spread, verdict
 from app.ui.compare.choice import WIN_COLOUR
 from tests.gui_support import shot  # noqa: F401
@@ -104,7 +104,7 @@ def test_compare_verdict_with_spread_in_the_window(qtbot, data_dir, tmp_path):
 
 def test_setup_offers_every_chat_drafter_and_the_runs(qtbot, data_dir, tiny_paths):
     from app.ui.compare.view import CompareWindow
-    from app.ui.models.library import FILE, entry_for_file
+    from app.hub.library_entries import FILE, entry_for_file
 
     window = CompareWindow([entry_for_file(tiny_paths["llama-f32"], FILE)])
     qtbot.addWidget(window)

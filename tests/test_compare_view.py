@@ -16,7 +16,7 @@ from PySide6.QtGui import QImage, QTextDocument
 from app.compare.results import CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, load_run
 from app.compare.summary import verdict
 from app.ui.compare.view import CompareWindow, runs_dir
-from app.ui.models.library import FILE, entry_for_file
+from app.hub.library_entries import FILE, entry_for_file
 from tests.gui_support import add_models, open_window, shot  # noqa: F401
 
 WAIT_MS = 120_000

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.loader import load_model
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate

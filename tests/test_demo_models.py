@@ -6,7 +6,7 @@ import pytest
 
 from app.engine.loop.chat import has_chat_template, render_prompt
 from app.engine.drafting.drafters import NoDrafter, PromptLookupDrafter
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.loader import load_model
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate

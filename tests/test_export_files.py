@@ -14,7 +14,7 @@ import pytest
 from app.compare.export import save_csv
 from app.compare.prompts import Prompt
 from app.compare.results import COMPARE_DEFAULTS, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult, RunSettings, save_run
-from app.engine.loop.events import RunSummary, StopReason
+from app.engine.events import RunSummary, StopReason
 
 PROMPTS = (Prompt("code", "def f(x):"),)
 

@@ -10,8 +10,8 @@ import inspect
 
 import pytest
 
-from app.cli.bench_common import PROMPTS
-from app.engine.loop.events import DoneEvent
+from app.cli.bench.common import PROMPTS
+from app.engine.events import DoneEvent
 from app.engine.loop.fidelity import compare_to_plain
 from app.engine.loader import load_model
 from app.engine.drafting.factory import make_drafter

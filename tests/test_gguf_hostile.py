@@ -311,7 +311,7 @@ def _edited(tiny_model: Path, folder: Path, key: str, value: int) -> Path:
 def test_keys_beyond_the_tensors_are_refused_by_the_header_reader(tiny_model, tmp_path, key, value):
     from app.engine.backends.torch import fastload
     from app.hub.library import list_local_models
-    from app.ui.models.library import scan_library
+    from app.hub.library_entries import scan_library
 
     bad = _edited(tiny_model, tmp_path, key, value)
     for read in (read_gguf_info, lambda p: fastload.config_dict(read_gguf_info(p))):
@@ -370,7 +370,7 @@ def test_an_absurd_alignment_is_one_line_in_every_reader(tmp_path, specula, case
     file and the value, wherever a header is read: inspect, check-pair, run (the loader), the
     library, the window's library and the header of a file on the hub."""
     from app.hub.library import list_local_models
-    from app.ui.models.library import scan_library
+    from app.hub.library_entries import scan_library
 
     extra, words = ALIGNMENTS[case]
     bad, good = write_gguf(tmp_path / f"{case}.gguf", extra=extra), write_gguf(tmp_path / "good.gguf")

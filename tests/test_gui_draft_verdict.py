@@ -64,7 +64,7 @@ def test_each_draft_verdict_has_its_own_colour(qtbot, panel, hub_files, tmp_path
 
 def test_a_download_is_named_by_its_repository_and_quantization(hub):
     from app.hub.download import download_gguf
-    from app.ui.models.library import scan_library
+    from app.hub.library_entries import scan_library
 
     download_gguf(REPO_MID, "Tiny-Llama-2L-Q8_0.gguf")
     download_gguf(REPO_MID, "Tiny-Llama-2L-F32.gguf")
@@ -87,7 +87,7 @@ def smol_copy(tmp_path):
 
 
 def test_a_copy_of_a_builtin_model_says_it_is_already_here(qtbot, panel, hub, fake_hub, smol_copy):
-    from app.ui.models.library import scan_library
+    from app.hub.library_entries import scan_library
     from app.ui.models.library_panel import row_texts
 
     # Issue 52 item 5: the same file is one entry, the built-in's, which names the copy.
@@ -111,7 +111,7 @@ def test_a_copy_of_a_builtin_model_says_it_is_already_here(qtbot, panel, hub, fa
 
 def test_a_file_is_named_by_its_file_name_never_its_general_name(tiny_paths):
     from app.compare.choices import resolve_draft
-    from app.ui.models.library import FILE, entry_for_file
+    from app.hub.library_entries import FILE, entry_for_file
 
     entry = entry_for_file(tiny_paths["llama-other"], FILE)
     assert entry.title == "llama-other" and entry.info.name == "tiny-llama-F32-seed1"

@@ -10,7 +10,7 @@ import html
 
 from app.engine.gguf.info import read_gguf_info
 from app.hub.fit import machine_memory, memory_need
-from app.ui.models.library import FILE, entry_for_file
+from app.hub.library_entries import FILE, entry_for_file
 from tests.hf_server import REPO_SMALL, fake_hub, hub, hub_files  # noqa: F401 (fixtures)
 from tests.gui_support import shot  # noqa: F401
 from tests.test_gui_discover import browse, panel  # noqa: F401 (panel: a fixture)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 from PySide6.QtGui import QTextDocument
 
-from app.engine.loop.events import Origin, StepEvent
+from app.engine.events import Origin, StepEvent
 from app.ui.chat.controller import StreamingReply
 from app.ui.chat.conversation import ConversationView
 from app.ui.chat.render import align, rendered_runs
@@ -128,7 +128,7 @@ def test_html_in_a_reply_is_shown_as_text(qapp):
 def test_library_scan_lists_a_folder_once_and_explains_unusable_files(data_dir, tmp_path, tiny_paths):
     import shutil
 
-    from app.ui.models.library import scan_library
+    from app.hub.library_entries import scan_library
 
     (tmp_path / "models" / "sub").mkdir(parents=True)
     shutil.copy(tiny_paths["llama-q8"], tmp_path / "models" / "sub" / "a.gguf")

@@ -14,7 +14,7 @@ import pytest
 from app.hub.draft_verdict import SELF_DRAFT_COST
 from app.hub.identity import same_header_weights, same_weights
 from app.ui.models.draft_labels import SAME_WEIGHTS
-from app.ui.models.library import FILE, entry_for_file
+from app.hub.library_entries import FILE, entry_for_file
 from app.worker.requests import DEFAULT_DRAFTER, MODEL
 from tests.gui_support import shot  # noqa: F401
 

@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QImage
 
-from app.history import HistoryStore
+from app.ui.chat.history import HistoryStore
 from app.worker.requests import NONE, GenSettings
 from tests.gui_support import add_models, load_pair, open_window, send, visible_text  # noqa: F401
 from tests.tiny_gguf import TinySpec, write_tiny_gguf

@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.ui.compare.view import CompareWindow
-from app.ui.models.library import FILE, entry_for_file
+from app.hub.library_entries import FILE, entry_for_file
 from app.worker.requests import MODEL
 from tests.gui_support import add_models, open_window, shot  # noqa: F401
 

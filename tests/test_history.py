@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.history import ChatRow, HistoryError, HistoryStore, MessageRow, title_from
+from app.ui.chat.history import ChatRow, HistoryError, HistoryStore, MessageRow, title_from
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ def test_many_streamed_updates_are_fast(store):
 _CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from app.history import HistoryStore
+    from app.ui.chat.history import HistoryStore
     store = HistoryStore(Path(sys.argv[1]))
     chat = store.new_chat("crash test")
     store.add_message(chat, "user", "tell me a story")
@@ -196,7 +196,7 @@ def test_corrupt_file_is_moved_aside_and_a_new_history_starts(tmp_path, caplog, 
         path.write_bytes(data[:100] + b"\xff" * 4000 + data[4100 : len(data) // 2])
     original = path.read_bytes()
 
-    with caplog.at_level(logging.WARNING, logger="app.history"):
+    with caplog.at_level(logging.WARNING, logger="app.ui.chat.history"):
         store = HistoryStore(path)
     assert "moved it to history.sqlite3.corrupt-" in caplog.text
     [aside] = tmp_path.glob("history.sqlite3.corrupt-*[0-9]")
@@ -293,7 +293,7 @@ def test_a_schema_version_that_is_not_a_number_does_not_stop_the_app(tmp_path, c
     db = _raw(path)
     db.execute("UPDATE schema_version SET version = 'x'")
     db.close()
-    with caplog.at_level(logging.WARNING, logger="app.history"):
+    with caplog.at_level(logging.WARNING, logger="app.ui.chat.history"):
         store = HistoryStore(path)
     assert [c.title for c in store.chats()] == ["still here"]
     assert "schema version" in store.notice and "schema version" in caplog.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from app.history import HistoryStore
+from app.ui.chat.history import HistoryStore
 
 
 def _reply(store: HistoryStore, chat: int) -> tuple:

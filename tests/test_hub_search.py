@@ -178,7 +178,7 @@ def test_fit_uses_the_engines_estimate(hub_files, monkeypatch):
 
 
 def test_machine_facts_match_the_engine(monkeypatch):
-    from app.engine.machine import memory_limit_bytes
+    from app.common.machine import memory_limit_bytes
 
     monkeypatch.setenv("SPECULA_MEMORY_LIMIT", "3G")
     assert ram_available() == memory_limit_bytes() == 3 << 30

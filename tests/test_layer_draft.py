@@ -79,7 +79,7 @@ def test_it_loads_on_llama_cpp_as_a_draft_whose_greedy_output_is_plain_decodings
     from app.engine.drafting.factory import make_drafter
     from app.engine.pair_loader import PairSpec, load_draft_for
     from app.engine.loader import load_model
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings, generate
 

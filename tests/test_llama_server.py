@@ -170,10 +170,10 @@ def test_the_servers_steps_carry_its_own_counts(demo_path):
     drafts, and the steps' counts add up to the server's own timings (what the charts show)."""
     _require_server()
     from app.engine.llama_server.engine import generate_on_server
-    from app.engine.loop.events import DoneEvent, Origin, StepEvent
+    from app.engine.events import DoneEvent, Origin, StepEvent
     from app.engine.loop.sampling import SamplingParams
 
-    from app.cli.bench_common import PROMPTS
+    from app.cli.bench.common import PROMPTS
 
     with LlamaServer(demo_path("smollm2-135m"), ["-t", "2", "--spec-type", "ngram-cache"]) as server:
         prompt = server.client.apply_template([{"role": "user", "content": PROMPTS["code-rewrite"]}])
@@ -315,7 +315,7 @@ def test_a_session_says_a_server_died_mid_reply_and_starts_it_again_on_the_next(
     """The window keeps one session per chat: llama-server dying (an RPC worker gone, out of memory)
     is one line for that reply, and the next reply starts it again."""
     from app.engine.llama_server.session import ServerEngine, ServerSession
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.sampling import SamplingParams
     from tests.tiny_gguf import TinySpec, write_tiny_gguf
 
@@ -344,8 +344,8 @@ def test_the_benchs_llama_server_times_our_text_on_a_sliding_window_model(demo_p
     to the bench's maths prompt leaves ours at a near-tie on the first tokens; the bench's peer
     keeps the whole window as our engine does (--swa-full) and gives our text."""
     _require_server()
-    from app.cli import bench_server
-    from app.cli.bench_common import PROMPTS, prompt_ids, timed_reply
+    from app.cli.bench import server as bench_server
+    from app.cli.bench.common import PROMPTS, prompt_ids, timed_reply
     from app.engine.drafting.factory import make_drafter
     from app.engine.loader import load_model
     from app.engine.loop.sampling import SamplingParams

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate
 from tests.llama_support import llama_loaded, require_llama_cpp  # noqa: F401 - fixture

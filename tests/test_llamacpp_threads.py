@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from app.engine.machine import BusyCore
+from app.common.machine import BusyCore
 from tests.llama_support import llama_loaded  # noqa: F401 - fixture
 
 

@@ -14,10 +14,10 @@ import dataclasses
 
 import pytest
 
-from app.cli.bench_common import PROMPTS, prompt_ids
+from app.cli.bench.common import PROMPTS, prompt_ids
 from app.engine.drafting.kinds import MapParams
 from app.engine.drafting.factory import make_drafter
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.loop.fidelity import compare_to_plain
 from app.engine.loop.speculative import generate
 from tests.test_fidelity import SETTINGS, demos  # noqa: F401  (demos: the module's fixture)

@@ -87,10 +87,10 @@ def _smollm2_chat_replies(demo_path, kinds: list[str]) -> list:
     """SmolLM2's greedy replies to the bench's chat prompt (64 tokens at most): plain decoding's,
     then for each kind a first request and the same request again (the drafter's fresh copy,
     what it learned kept)."""
-    from app.cli.bench_common import PROMPTS, prompt_ids
+    from app.cli.bench.common import PROMPTS, prompt_ids
     from app.engine.drafting.factory import make_drafter
     from app.engine.loader import load_model
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.speculative import DecodeSettings, generate
 
     main = load_model(demo_path("smollm2-135m"), backend="llama.cpp")
@@ -120,7 +120,7 @@ def test_the_default_drafter_learns_where_a_reply_ended_and_drafts_no_copy_it_ca
     cache said it could not tell, so the step did not count as unsure) and ran at 0.92x of plain
     decoding. Asked again, the learned reply drafted past its own end (17 drafts, all rejected,
     in its last step), since the end-of-generation token was never learned."""
-    from app.engine.loop.events import StopReason
+    from app.engine.events import StopReason
     from app.worker.requests import DEFAULT_DRAFTER
 
     plain, first, again = _smollm2_chat_replies(demo_path, [DEFAULT_DRAFTER])

@@ -6,7 +6,7 @@ import torch
 
 from app.engine.backends.torch.device import DevicePlan, apply_plan
 from app.engine.drafting.drafters import NoDrafter
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.loader import load_model
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate

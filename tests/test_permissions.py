@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.atomic import private_dir
+from app.common.atomic import private_dir
 from app.engine.drafting.ngram_cache import NgramCache
-from app.history import HistoryStore
+from app.ui.chat.history import HistoryStore
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
 

@@ -19,7 +19,7 @@ from app.engine.errors import ServerError
 from app.engine.llama_server.client import ServerClient
 from app.engine.llama_server.client import parse_chunk as llama_chunk
 from app.engine.llama_server.engine import generate_on_server
-from app.engine.loop.events import UNKNOWN_DRAFTS, DoneEvent, StepEvent, StopReason
+from app.engine.events import UNKNOWN_DRAFTS, DoneEvent, StepEvent, StopReason
 from app.engine.loop.sampling import SamplingParams
 from app.engine.remote.engine import generate_on_openai
 from app.engine.remote.metrics import parse_spec_counters

@@ -152,7 +152,7 @@ def test_llama_server_values_past_six_digits_are_unknown_not_rounded():
 
 
 def test_speculas_own_server_counters_have_no_steps():
-    from app.engine.loop.events import RunSummary, StopReason
+    from app.engine.events import RunSummary, StopReason
     from app.server.stats import ServerStats
 
     stats = ServerStats()

@@ -13,7 +13,7 @@ import pytest
 
 from app.engine.llama_server.client import ServerError
 from app.engine.llama_server.session import ServerEngine, ServerSession
-from app.engine.loop.events import DoneEvent, StepEvent
+from app.engine.events import DoneEvent, StepEvent
 from app.engine.loop.sampling import SamplingParams
 from tests.test_llama_server import _run
 from tests.openai_standin import ACCEPTED_PER_REPLY, DRAFTED_PER_REPLY, STEPS_PER_REPLY, Standin, StandinServer

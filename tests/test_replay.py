@@ -142,7 +142,7 @@ def test_the_loop_gives_free_drafts_and_the_draft_model_a_schedule_each(tiny_pat
     from app.engine.drafting.drafters import ModelDrafter, PromptLookupDrafter
     from app.engine.drafting.ngram_drafters import CombinedDrafter
     from app.engine.loader import load_model
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.sampling import SamplingParams, speculative_accept
     from app.engine.loop.schedule import SplitSchedule
     from app.engine.loop.speculative import DecodeSettings, _Generation, generate

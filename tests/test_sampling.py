@@ -8,7 +8,7 @@ import torch
 
 from app.engine.drafting.drafters import ModelDrafter, PromptLookupDrafter
 from app.engine.errors import SpeculaError
-from app.engine.loop.events import DoneEvent
+from app.engine.events import DoneEvent
 from app.engine.drafting.ngram_cache import NgramCache
 from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.loop.sampling import (

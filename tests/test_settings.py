@@ -18,7 +18,7 @@ import pytest
 
 from app.cli import build_parser
 from app.engine.errors import SpeculaError
-from app.engine.loop.events import StopReason
+from app.engine.events import StopReason
 from app.engine.seam import DEFAULT_DRAFT_MAX
 from app.engine.settings import GenSettings
 

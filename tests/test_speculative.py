@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from app.engine.drafting.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from app.engine.loop.events import DoneEvent, Origin, StepEvent, StopReason
+from app.engine.events import DoneEvent, Origin, StepEvent, StopReason
 from app.engine.drafting.ngram_cache import NgramCache
 from app.engine.drafting.ngram_drafters import CombinedDrafter, NgramCacheDrafter
 from app.engine.loop.sampling import SamplingParams

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from app.engine.backends.llamacpp import cost as llamacpp_cost
-from app.engine.machine import BusyCore, OtherWork
+from app.common.machine import BusyCore, OtherWork
 from tests.llama_support import llama_loaded, require_llama_cpp  # noqa: F401 - fixture
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.engine.loop.events import Origin, StepEvent
+from app.engine.events import Origin, StepEvent
 from app.engine.loop.replay import linear_curve, measured_curve
 from app.ui.chat.why import WhyPanel
 from tests.gui_support import shot

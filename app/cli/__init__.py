@@ -26,8 +26,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import (bench_args, bench_busy, bench_pair, bench_rows, calibrate, compare, desktop, doctor, hub, info, make_draft,
-                         replay, rpc_worker, run, serve)
+    from app.cli import calibrate, compare, desktop, doctor, hub, info, make_draft, replay, rpc_worker, run, serve
+    from app.cli.bench import args as bench_args, busy as bench_busy, pair as bench_pair, rows as bench_rows
 
     parser = OneLineParser(prog="specula", description="Local GGUF models with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specula {__version__}")

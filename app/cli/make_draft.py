@@ -1,5 +1,5 @@
 """`specula make-draft MODEL`: a self-speculative draft, the model with some of its layers left
-out (app.engine.gguf.layer_draft), for `-md`; `specula bench-pair` (app.cli.bench_pair) measures
+out (app.engine.gguf.layer_draft), for `-md`; `specula bench-pair` (app.cli.bench.pair) measures
 such a pair.
 
 The draft goes to Specula's cache folder (~/.cache/specula/drafts, XDG_CACHE_HOME honoured)
@@ -29,7 +29,7 @@ def drafts_dir() -> Path:
 
 
 def cmd_make_draft(args: argparse.Namespace) -> int:
-    from app.engine.atomic import private_dir
+    from app.common.atomic import private_dir
     from app.engine.gguf.info import read_gguf_info
     from app.engine.gguf.layer_draft import (default_layers, default_output, full_attention_layers, parse_layers,
                                         write_layer_draft)

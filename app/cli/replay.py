@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli.bench_common import PROMPTS
+from app.cli.bench.common import PROMPTS
 
 FORMAT = 1
 DRAFT_MAX = 16
@@ -74,7 +74,7 @@ def load_recording(path: str | Path) -> dict[str, Any]:
 def record_pair(args: argparse.Namespace) -> dict[str, Any]:
     """The pair's acceptance on each prompt: per position, the draft model's agreeing tokens and
     prompt lookup's (offered, agreeing)."""
-    from app.cli.bench_common import prompt_ids
+    from app.cli.bench.common import prompt_ids
     from app.engine.pair_loader import PairSpec, load_pair
     from app.hub.builtin import resolve_model_arg
 
@@ -91,7 +91,7 @@ def record_pair(args: argparse.Namespace) -> dict[str, Any]:
 
 def record_reply(pair: Any, ids: list[int], n: int, draft_max: int) -> dict[str, list]:
     """One prompt's recording: the main model's greedy reply, then each position's drafts."""
-    from app.cli.bench_common import timed_reply
+    from app.cli.bench.common import timed_reply
     from app.engine.drafting.drafters import PromptLookupDrafter
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings

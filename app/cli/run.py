@@ -18,7 +18,7 @@ from app.hub.display import display_name
 # The engine (torch, transformers) is imported inside the commands that run a model, so that
 # `specula --help`, `inspect` and `check-pair` start in a fraction of a second.
 if TYPE_CHECKING:
-    from app.engine.loop.events import RunSummary, StepEvent
+    from app.engine.events import RunSummary, StepEvent
     from app.engine.loader import LoadedModel
     from app.engine.pair_loader import LoadedPair, PairSpec
     from app.engine.settings import GenSettings
@@ -141,7 +141,7 @@ def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[i
 def stream(events, color: bool, out=None, remote: bool = False) -> RunSummary:
     """Print the reply's text as it comes; `remote`: a server's text, its control characters
     escaped (a local model's is printed as it is, the same as its --json text)."""
-    from app.engine.loop.events import DoneEvent, StepEvent
+    from app.engine.events import DoneEvent, StepEvent
 
     out = out or sys.stdout  # looked up at call time: tests swap sys.stdout
     shown = terminal_text if remote else str

@@ -15,7 +15,7 @@ from app.hub.builtin import resolve_model_arg
 
 if TYPE_CHECKING:
     from app.engine.llama_server.session import ServerEngine
-    from app.engine.loop.events import RunSummary
+    from app.engine.events import RunSummary
 
 SPECULA, LLAMA_SERVER = "specula", "llama-server"
 ENGINES = (SPECULA, LLAMA_SERVER)
@@ -70,7 +70,7 @@ MAX_KEY_FILE_BYTES = 64 * 1024  # a key is a line; a larger file is not a key fi
 def read_api_key(path: str | None, flag: str = "--api-key-file") -> str | None:
     """The key in `path` (its first line), one line (exit 2) where it cannot be read: not a
     regular file (a folder, a FIFO, a device), too large, or not UTF-8."""
-    from app.engine.atomic import read_capped
+    from app.common.atomic import read_capped
 
     if not path:
         return None

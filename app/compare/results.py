@@ -16,8 +16,8 @@ from typing import Any
 
 from app.compare.file_versions import upgrade
 from app.compare.prompts import Prompt
-from app.engine.atomic import write_atomic
-from app.engine.loop.events import RunSummary, StopReason
+from app.common.atomic import write_atomic
+from app.engine.events import RunSummary, StopReason
 from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX, NGRAM_KINDS  # noqa: F401 - the ceiling, also read from here
 from app.engine.errors import SpeculaError
 from app.engine.settings import GenSettings
@@ -259,7 +259,7 @@ def _tuples(value: Any) -> Any:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a file whole or not at all, private to the user (app.engine.atomic: a fresh
+    """Write a file whole or not at all, private to the user (app.common.atomic: a fresh
     temporary file beside it, then a rename; never a fixed name a link could be planted on)."""
     path = Path(path).expanduser()
     try:

@@ -33,7 +33,7 @@ from app.compare.results import (
 from app.compare.server_rows import extra_fields, open_session, row_prompt_ids
 from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
-from app.engine.loop.events import DoneEvent, StepEvent, StopReason
+from app.engine.events import DoneEvent, StepEvent, StopReason
 from app.engine.drafting.compat import DraftCheck
 from app.engine.gguf.info import GGUFInfo
 from app.engine.loader import LoadedModel

@@ -12,7 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from app.compare.results import ENGINE_KINDS, LLAMA_SERVER, NONE, SERVER_URL, CompareRun, ConfigSpec, PromptResult
-from app.engine.loop.events import RunSummary, StopReason
+from app.engine.events import RunSummary, StopReason
 from app.engine.loop.explain import BreakEven, Prices
 
 ALL = "all"  # the category of a configuration's overall row

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from app.engine.atomic import private_dir
+from app.common.atomic import private_dir
 from app.engine.errors import Cancel, LoadCancelled, ModelFileError
 from app.engine.gguf.info import format_bytes
 from app.hub.disk import check_free_space

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.engine.atomic import private_dir
+from app.common.atomic import private_dir
 from app.engine.errors import Cancel
-from app.engine.installed import package_dir
+from app.common.installed import package_dir
 from app.hub.assemble import Assembly, Progress, assemble, is_assembled, part_files
 
 log = logging.getLogger(__name__)

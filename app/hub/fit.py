@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.engine.gguf.info import GGUFInfo, format_bytes
-from app.engine.machine import memory_limit_bytes, ram_total
+from app.common.machine import memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.engine.loop.events import DoneEvent, RunSummary, StepEvent
+from app.engine.events import DoneEvent, RunSummary, StepEvent
 from app.server.errors import AUTHENTICATION, ApiError, error_body, internal_error, not_found
 from app.server.served_server import Served
 from app.server.openai_format import Reply, sse

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.drafting.drafters import Drafter, NoDrafter
 from app.engine.errors import Cancel, ChatTemplateError
-from app.engine.loop.events import GenerationEvent
+from app.engine.events import GenerationEvent
 from app.engine.seam import KVModelLike as KVModel
 from app.engine.loader import LoadedModel
 from app.engine.loop.speculative import DecodeSettings, generate

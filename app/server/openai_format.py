@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import __version__
-from app.engine.loop.events import RunSummary, StopReason
+from app.engine.events import RunSummary, StopReason
 
 FINISH_REASONS = {
     StopReason.EOS: "stop",

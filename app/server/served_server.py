@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
-from app.engine.loop.events import GenerationEvent
+from app.engine.events import GenerationEvent
 from app.engine.loop.speculative import DecodeSettings
 from app.engine.settings import GenSettings
 from app.server.errors import ApiError, bad_field, context_exceeded

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from app.engine.loop.events import RunSummary, StopReason
+from app.engine.events import RunSummary, StopReason
 
 
 @dataclass

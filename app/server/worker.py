@@ -25,7 +25,7 @@ import time
 from typing import AsyncIterator, Sequence
 
 from app.engine.errors import ContextFullError, SpeculaError
-from app.engine.loop.events import DoneEvent, RunSummary, StepEvent, StopReason
+from app.engine.events import DoneEvent, RunSummary, StepEvent, StopReason
 from app.engine.loop.speculative import DecodeSettings
 from app.server.errors import ApiError, context_exceeded, internal_error, server_busy, shutting_down
 from app.server.served_server import Served

@@ -41,7 +41,7 @@ class ModelHost(QObject):
     loadProgress = Signal(str, float)  # stage, fraction 0..1 of the whole pair
     loaded = Signal(dict)  # engine_calls.pair_facts()
     loadFailed = Signal(str)  # one line; also "loading cancelled"
-    step = Signal(object)  # app.engine.loop.events.StepEvent (frozen dataclass)
+    step = Signal(object)  # app.engine.events.StepEvent (frozen dataclass)
     finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
 
     _probeRequested = Signal()
@@ -142,7 +142,7 @@ class ModelHost(QObject):
     @Slot(object, object)
     def _generate(self, request: ChatRequest, cancel: threading.Event) -> None:
         from app.engine.errors import SpeculaError
-        from app.engine.loop.events import DoneEvent
+        from app.engine.events import DoneEvent
 
         summary: dict[str, Any] | None = None
         error = ""

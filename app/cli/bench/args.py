@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from app.cli.flags import add_model_flags
-from app.cli.bench_common import PROMPTS
+from app.cli.bench.common import PROMPTS
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from app.cli.bench import cmd_bench
+    from app.cli.bench.command import cmd_bench
 
     return cmd_bench(args)
 
@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def _run_bench_ngram(args: argparse.Namespace) -> int:
-    from app.cli.bench_ngram import cmd_bench_ngram
+    from app.cli.bench.ngram import cmd_bench_ngram
 
     return cmd_bench_ngram(args)
 
@@ -50,7 +50,7 @@ def register_ngram(sub) -> None:
 
 
 def _run_bench_gpu(args: argparse.Namespace) -> int:
-    from app.cli.bench_gpu import cmd_bench_gpu
+    from app.cli.bench.gpu import cmd_bench_gpu
 
     return cmd_bench_gpu(args)
 

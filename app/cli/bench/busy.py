@@ -26,10 +26,10 @@ def register(sub) -> None:
 def cmd_bench_busy(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.cli.bench_common import PROMPTS, prompt_ids, timed_reply
+    from app.cli.bench.common import PROMPTS, prompt_ids, timed_reply
     from app.engine.drafting.drafters import NoDrafter
     from app.engine.loader import load_model
-    from app.engine.machine import BusyCore
+    from app.common.machine import BusyCore
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings
 

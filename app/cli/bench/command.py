@@ -1,6 +1,6 @@
 """`specula bench`: a fixed prompt set, each drafter, and as peers transformers' generate(),
 llama.cpp's binding on the same file and llama.cpp's own speculation (llama-server, every n-gram
-type, app.cli.bench_server).
+type, app.cli.bench.server).
 
 Each prompt is asked twice of drafters that learn (the n-gram cache, ngram-mod's pool): the first
 request with nothing learned, and the same request again, as a regenerate ("again" rows); each
@@ -28,9 +28,9 @@ from typing import Callable
 
 import torch
 
-from app.cli import bench_server
-from app.cli.bench_common import PROMPTS, engine_facts, prompt_ids, timed_reply
-from app.cli.bench_verdict import AGAIN, format_verdict, verdicts
+from app.cli.bench import server as bench_server
+from app.cli.bench.common import PROMPTS, engine_facts, prompt_ids, timed_reply
+from app.cli.bench.verdict import AGAIN, format_verdict, verdicts
 from app.cli.run import load_main, pair_spec
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
@@ -189,7 +189,7 @@ def _judge(main: LoadedModel):
 
 def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
     """llama.cpp on the same file when llama-cpp-python is installed (packaging/bootstrap.py installs it)."""
-    from app.cli import bench_llamacpp
+    from app.cli.bench import llamacpp as bench_llamacpp
 
     if args.no_llama_cpp or not bench_llamacpp.available():
         return None

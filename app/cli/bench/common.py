@@ -27,7 +27,7 @@ def timed_reply(main: Any, drafter: Any, ids: list[int], settings: Any,
     """(tokens, wall seconds, RunSummary) of one reply on a fresh KV cache of `main` (of n_ctx
     tokens; default: the model's own), or on `kv` emptied first (a context kept warm between
     replies, as a server keeps its slot's: nothing of the prompt is reused)."""
-    from app.engine.loop.events import DoneEvent
+    from app.engine.events import DoneEvent
     from app.engine.loop.speculative import generate
 
     if kv is None:

@@ -39,7 +39,7 @@ from app.engine.loop.detok import IncrementalDetokenizer
 from app.engine.backends.torch.device import DTYPES
 from app.engine.drafting.drafters import Drafter, ModelDrafter
 from app.engine.errors import DeviceError, SpeculaError
-from app.engine.loop.events import DoneEvent, RunSummary
+from app.engine.events import DoneEvent, RunSummary
 from app.engine.backends.torch.kv import KVModel
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate

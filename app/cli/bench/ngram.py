@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from app.cli.bench_common import engine_facts, prompt_ids, timed_reply
+from app.cli.bench.common import engine_facts, prompt_ids, timed_reply
 from app.cli.run import load_main
 from app.compare.prompts import BUILTIN_PROMPTS
 from app.engine.drafting.factory import LOOKUP, LOOKUP_CACHE, NGRAM_CACHE, NONE, make_drafter, open_cache

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from app.cli.bench_common import PROMPTS, timed_reply
+from app.cli.bench.common import PROMPTS, timed_reply
 from app.hub.builtin import resolve_model_arg
 
 PLAIN = "(b) ours, no draft"
@@ -168,7 +168,7 @@ class _Binding:
         return self._generate(self.models[0], None, ids, n)
 
     def speculative(self, k: int) -> Callable:
-        from app.cli.bench_pair_draft import GreedyDraftModel
+        from app.cli.bench.pair_draft import GreedyDraftModel
 
         adapter = GreedyDraftModel(self.Llama(model_path=self.draft_path, **self.common), k)
         llm = self.Llama(model_path=self.main_path, draft_model=adapter, **self.common)

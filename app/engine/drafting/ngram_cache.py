@@ -36,7 +36,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
-from app.engine.atomic import read_capped, private_dir, write_atomic
+from app.common.atomic import read_capped, private_dir, write_atomic
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class NgramCache:
         header = _HEADER.pack(MAGIC, VERSION, self.key.encode("ascii")[:32], n_keys,
                               zlib.crc32(payload), len(payload))
         # What was learned from the user's chats is theirs alone: folders 0700, the file 0600, and
-        # a fresh staging file (app.engine.atomic), not a fixed name a link could be planted on.
+        # a fresh staging file (app.common.atomic), not a fixed name a link could be planted on.
         private_dir(path.parent)
         write_atomic(path, header + payload, fsync=True)
 

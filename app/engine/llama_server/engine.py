@@ -1,4 +1,4 @@
-"""A reply from llama-server as the same events our own loop yields (app.engine.loop.events), so
+"""A reply from llama-server as the same events our own loop yields (app.engine.events), so
 that the command line, the charts and the history read one shape whichever engine ran it.
 
 Its text is exact; its token ids may miss one where llama-server held a token back (its text
@@ -17,7 +17,7 @@ from contextlib import closing
 from typing import Callable, Iterator, Sequence
 
 from app.engine.llama_server.client import ServerClient, ServerReply, StreamChunk
-from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
+from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.loop.sampling import SamplingParams
 from app.engine.remote.engine import ReplyBounds
 

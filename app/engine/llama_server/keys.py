@@ -1,5 +1,5 @@
 """API keys of servers at a URL, kept as the Hugging Face token is: in a file of their own that
-only the user can read (0600, written whole through app.engine.atomic), never in the settings
+only the user can read (0600, written whole through app.common.atomic), never in the settings
 file, never logged, never shown back in clear.
 
 One JSON object, URL -> key, in the folder the caller names (the window: its data folder)."""
@@ -10,7 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-from app.engine.atomic import PRIVATE, read_capped, write_atomic
+from app.common.atomic import PRIVATE, read_capped, write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Sequence
 from app.engine.llama_server.client import ServerClient, ServerError
 from app.engine.llama_server.engine import generate_on_server
 from app.engine.llama_server.process import LlamaServer
-from app.engine.loop.events import GenerationEvent
+from app.engine.events import GenerationEvent
 from app.engine.loop.sampling import SamplingParams
 from app.engine.remote.engine import generate_on_openai
 from app.engine.remote.http import HttpStatusError, RemoteHttp

@@ -18,7 +18,7 @@ import jinja2
 
 from app.engine.errors import Cancel, ChatTemplateError, ContextFullError
 from app.engine.loop.template_guard import install as install_template_guard
-from app.engine.loop.events import DoneEvent, GenerationEvent
+from app.engine.events import DoneEvent, GenerationEvent
 from app.engine.seam import Drafter, KVModelLike as KVModel
 from app.engine.loop.speculative import DecodeSettings, generate
 

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 
 from app.engine.loop.detok import IncrementalDetokenizer
 from app.engine.errors import Cancel, ContextFullError
-from app.engine.loop.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
+from app.engine.events import DoneEvent, GenerationEvent, Origin, RunSummary, StepCounters, StepEvent, StopReason
 from app.engine.seam import DEFAULT_DRAFT_MAX, Draft, Drafter, KVModelLike as KVModel, NoDrafter, common_prefix_length, first_argmax
 from app.engine.loop.sampling import (
     AcceptRule,

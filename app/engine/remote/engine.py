@@ -18,7 +18,7 @@ import time
 from contextlib import closing
 from typing import Any, Callable, Iterator
 
-from app.engine.loop.events import (UNKNOWN_DRAFTS, UNKNOWN_PROMPT, UNKNOWN_STEPS, UNKNOWN_TOKENS, DoneEvent,
+from app.engine.events import (UNKNOWN_DRAFTS, UNKNOWN_PROMPT, UNKNOWN_STEPS, UNKNOWN_TOKENS, DoneEvent,
                                     GenerationEvent, RunSummary, StepEvent, StopReason)
 from app.engine.loop.sampling import SamplingParams
 from app.engine.remote.metrics import SpecCounters

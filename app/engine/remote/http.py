@@ -12,7 +12,7 @@ import urllib.parse
 from typing import Any, Callable, Iterator
 
 from app.engine.errors import ServerError
-from app.engine.streams import cut_when_cancelled
+from app.engine.remote.streams import cut_when_cancelled
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model list, /props or /metrics
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one streamed chunk: a token or a few

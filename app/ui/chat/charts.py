@@ -1,6 +1,6 @@
 """Live charts of one reply (pyqtgraph): tokens/s, acceptance rate, acceptance by draft position.
 
-Fed with app.engine.loop.events.StepEvent as the reply streams. `add_step` only appends to bounded
+Fed with app.engine.events.StepEvent as the reply streams. `add_step` only appends to bounded
 buffers and marks the charts dirty; a single-shot QTimer redraws at most `redraw_hz` times a
 second, and only when something changed, so a fast model never makes the window draw per token.
 
@@ -22,9 +22,9 @@ from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, Qt, QTimer
 from PySide6.QtGui import QColor, QPalette, QPixmap
 from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 
-from app.engine.atomic import write_atomic
+from app.common.atomic import write_atomic
 from app.engine.errors import SpeculaError
-from app.engine.loop.events import StepEvent
+from app.engine.events import StepEvent
 from app.ui.common.format import html_text, stats_line
 
 __all__ = ["LiveCharts", "stats_line"]  # stats_line: the line under a reply, re-exported here
@@ -412,7 +412,7 @@ def save_widget_png(widget: QWidget, path: str | Path) -> None:
 
 
 def write_png(pixmap: QPixmap, path: Path) -> Path:
-    """Encode in memory, then app.engine.atomic's private write: a fresh staging file, never a
+    """Encode in memory, then app.common.atomic's private write: a fresh staging file, never a
     fixed `<path>.part` a planted link could redirect."""
     data = QByteArray()
     buffer = QBuffer(data)

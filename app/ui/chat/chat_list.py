@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.history import ChatRow, HistoryError, HistoryStore
+from app.ui.chat.history import ChatRow, HistoryError, HistoryStore
 from app.ui.common.format import date_time_text, relative_time
 
 CHAT_ID = Qt.ItemDataRole.UserRole

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QSettings, QTimer, Signal
 
-from app.history import DEFAULT_TITLE, HistoryError, HistoryStore, title_from
+from app.ui.chat.history import DEFAULT_TITLE, HistoryError, HistoryStore, title_from
 from app.ui.chat.panel import ChatPanel
 from app.worker.host import ModelHost
 from app.worker.requests import ChatRequest, GenSettings

@@ -1,11 +1,12 @@
 """Chat history that is never lost: conversations in one SQLite file, saved as they stream.
 
-No Qt here, only the standard library's sqlite3, so the store is usable from the window, the
-command line and tests alike. Every write is its own committed transaction: a crash (even
-SIGKILL) right after `update_message` finds the text on reopen. The database runs in WAL mode
-with synchronous=NORMAL: a commit then costs an append to the WAL file and no fsync, which keeps
-a save per streamed delta cheap (about 50 µs); committed data survives the process dying, and
-only an operating-system crash or power loss can cost the last moments of a reply.
+It lives with the chat it serves (the window's conversations, their list and controller) but
+holds no Qt, only the standard library's sqlite3, so tests use it alone. Every write is its own
+committed transaction: a crash (even SIGKILL) right after `update_message` finds the text on
+reopen. The database runs in WAL mode with synchronous=NORMAL: a commit then costs an append to
+the WAL file and no fsync, which keeps a save per streamed delta cheap (about 50 µs); committed
+data survives the process dying, and only an operating-system crash or power loss can cost the
+last moments of a reply.
 
 A file that is not a readable database (corrupt, truncated, not SQLite) is moved aside to
 `<name>.corrupt-<timestamp>` with a warning, and a fresh history starts: the app never fails to
@@ -26,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from app.engine.atomic import private_dir, private_file
+from app.common.atomic import private_dir, private_file
 from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)

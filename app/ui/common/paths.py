@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths
 
-from app.engine.atomic import private_dir
+from app.common.atomic import private_dir
 
 DATA_DIR_ENV = "SPECULA_DATA_DIR"
 

@@ -27,7 +27,7 @@ from app.engine.errors import SpeculaError
 from app.engine.llama_server.programs import SERVER, find_program, missing_reason
 from app.engine.llama_server.session import check_url
 from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
-from app.ui.models.library import LibraryEntry, entry_path
+from app.hub.library_entries import LibraryEntry, entry_path
 from app.ui.common.style import small_muted_label
 
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item

@@ -25,13 +25,13 @@ from app.compare.export import save_csv
 from app.compare.fastest import fastest
 from app.compare.results import CANCELLED, COMPLETE, CompareRequest, CompareRun, load_run, save_run
 from app.compare.summary import delta_line, verdict
-from app.engine.atomic import private_dir
+from app.common.atomic import private_dir
 from app.engine.errors import SpeculaError
 from app.ui.compare.charts import CompareCharts
 from app.ui.compare.choice import FastestRow
 from app.ui.compare.setup import CompareSetup
 from app.ui.compare.table import CompareTable
-from app.ui.models.library import LibraryEntry, file_title
+from app.hub.library_entries import LibraryEntry, file_title
 from app.ui.common.format import html_text
 from app.ui.common.paths import data_dir
 from app.ui.common.style import small_muted_label

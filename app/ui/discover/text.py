@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from app.engine.gguf.info import GGUFInfo
 from app.hub.draft_verdict import FAILS, NO_GAIN, PAYS, draft_verdict
 from app.hub.fields import shown
-from app.ui.models.library import count_text, fact_parts
+from app.hub.library_entries import count_text, fact_parts
 from app.ui.common.format import format_bytes, relative_time
 
 if TYPE_CHECKING:  # types only: the hub modules load on the worker threads (see hub_tasks)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from app.engine.drafting.compat import TOKEN_LEVEL, DraftCheck
 from app.hub.draft_verdict import SELF_DRAFT_COST
 from app.hub.identity import same_weights
-from app.ui.models.library import LibraryEntry
+from app.hub.library_entries import LibraryEntry
 
 SAME_WEIGHTS = "same weights, 1x cost"  # short: the list is narrow; the tooltip says the rest
 

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.builtin import PAIR_SIZE_TEXT
-from app.ui.models.library import BUILTIN, CACHE, FILE, FOLDER, LibraryEntry, count_text, scan_library
+from app.hub.library_entries import BUILTIN, CACHE, FILE, FOLDER, LibraryEntry, count_text, scan_library
 from app.ui.common.style import small_muted_label
 from app.worker.tasks import BackgroundTask
 

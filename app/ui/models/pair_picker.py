@@ -32,7 +32,7 @@ from app.engine.drafting.compat import DraftCheck, check_draft
 from app.engine.llama_server.keys import keys_path, read_key, save_key
 from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.ui.models.engine_panel import EnginePanel
-from app.ui.models.library import LibraryEntry, entry_path
+from app.hub.library_entries import LibraryEntry, entry_path
 from app.ui.models.offload import OffloadControl
 from app.ui.common.paths import data_dir
 from app.ui.common.style import small_muted_label

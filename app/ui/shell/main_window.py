@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.compare.fastest import Fastest
 from app.compare.results import ENGINE_KINDS
-from app.history import HistoryStore
+from app.ui.chat.history import HistoryStore
 from app.ui.chat.charts import LiveCharts
 from app.ui.chat.why import WhyPanel
 from app.ui.chat.chat_list import ChatList

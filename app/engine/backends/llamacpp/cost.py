@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from app.engine.atomic import read_json_object, write_json_object
-from app.engine.machine import OtherWork
+from app.common.atomic import read_json_object, write_json_object
+from app.common.machine import OtherWork
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.engine.atomic import read_json_object
+from app.common.atomic import read_json_object
 from app.engine.errors import SpeculaError, first_line
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from app.engine.backends.llamacpp.kv import LlamaKV, LlamaSettings, LlamaWeights
 from app.engine.backends.llamacpp.tokenizer import LlamaTokenizer
 from app.engine.errors import InsufficientMemoryError
 from app.engine.gguf.info import GGUFInfo, format_bytes
-from app.engine.machine import memory_limit_bytes
+from app.common.machine import memory_limit_bytes
 
 log = logging.getLogger(__name__)
 

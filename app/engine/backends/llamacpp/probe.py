@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.engine.atomic import read_json_object, write_json_object
+from app.common.atomic import read_json_object, write_json_object
 from app.engine.backends.llamacpp import lib as llamacpp_lib
-from app.engine.installed import package_dir
+from app.common.installed import package_dir
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import math
 import time
 from typing import Callable
 
-from app.engine.machine import OtherWork
+from app.common.machine import OtherWork
 
 log = logging.getLogger(__name__)
 

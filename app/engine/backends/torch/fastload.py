@@ -41,7 +41,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
 from app.engine.backends.torch import bpe_form
-from app.engine.atomic import write_atomic
+from app.common.atomic import write_atomic
 from app.engine.errors import Cancel, LoadCancelled, ModelFileError
 from app.engine.gguf.info import GGUFInfo, check_tensor_table, hash_header
 
