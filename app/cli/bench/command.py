@@ -200,10 +200,7 @@ def _llama_cpp_peer(main: LoadedModel, args: argparse.Namespace):
                                            lookup_tokens=args.draft_max, stop_ids=stop_ids)
         peer.warm_up(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_llamacpp.LOAD_ERRORS as exc:
-        # Our rows are still worth having: one line, and the table without llama.cpp's rows.
-        print(f"specula: llama.cpp could not run {main.path.name} ({first_line(exc) or type(exc).__name__}): its rows are left out",
-              file=sys.stderr, flush=True)
-        return None
+        return _left_out("llama.cpp", main, exc)
     return peer
 
 
@@ -222,10 +219,15 @@ def _server_peer(main: LoadedModel, args: argparse.Namespace):
     try:
         peer.check(prompt_ids(main, PROMPTS["code-rewrite"]))
     except bench_server.ERRORS as exc:
-        print(f"specula: llama-server could not run {main.path.name} ({first_line(exc) or type(exc).__name__}): its rows are left out",
-              file=sys.stderr, flush=True)
-        return None
+        return _left_out("llama-server", main, exc)
     return peer
+
+
+def _left_out(peer: str, main: LoadedModel, exc: BaseException) -> None:
+    """A peer that cannot run the file: our rows are still worth having, so one line, and the
+    table without the peer's rows."""
+    print(f"specula: {peer} could not run {main.path.name} ({first_line(exc) or type(exc).__name__}): its rows are left out",
+          file=sys.stderr, flush=True)
 
 
 def _drafter_factories(main: LoadedModel, args: argparse.Namespace) -> dict[str, Callable[[], object]]:
