@@ -43,10 +43,8 @@ _PROBE_EVERY = 4  # fewest steps between one-token probes while drafting does no
 _PROBE_BUDGET = 0.02  # share of the time probes may cost
 _PROBE_MAX_INTERVAL = 256  # steps: rejected probes back off up to this
 _PRIOR_ALPHA = (0.45, 0.05)  # pseudo-counts (accepted, rejected), never decayed: start hopeful (0.9), stay off 0 and 1
-# A draft model's prior: the same hope, worth three tokens of evidence. Its acceptance is steady
-# where n-gram copies come in bursts: after one rejected first draft the half-token prior put every
-# position at 0.3 and drafted 1-3 tokens for several steps (Qwen2.5-Coder 0.5B for the 1.5B,
-# replayed on a GPU-like curve: 0.93x of the best fixed length over the bench's prompts; 0.98x so).
+# A draft model's prior: the same hope, worth three tokens of evidence, since its acceptance is
+# steady where n-gram copies come in bursts (docs/performance.md, "The schedule's rules").
 _MODEL_PRIOR = (2.7, 0.3)
 _GROWTH = 4  # after a step with every draft accepted, draft at least this many times as many
 _COPY_RATE = 0.9  # P(accepted) per position assumed where the drafter sees a copy running (the prior's hope)
@@ -223,11 +221,10 @@ class AdaptiveDraftLength:
         """How much dearer (> 1) or cheaper the steps that verified drafts were than the curve
         says, against the steps without drafts timed in this reply. The curve is measured at load
         on a model of this shape with weights of zero and a short context; the real steps add the
-        head's screening of real logits, a longer context, and whatever else the machine is doing:
-        on SmolLM2's summary, on a busy machine, a 1-token draft cost 1.45x a plain step
-        where the curve said 1.2x, and the schedule kept drafting at 25% acceptance (0.80-0.94x
-        of plain decoding). One factor for every length: it moves the choice between drafting and
-        not, not the best length once drafting pays."""
+        head's screening of real logits, a longer context, and whatever else the machine is doing
+        (a busy machine's verifies ran 1.2x the curve's: docs/performance.md). One factor for
+        every length: it moves the choice between drafting and not, not the best length once
+        drafting pays."""
         factor = self._curve_factor.value()
         if factor is None or self._verify_cost is None:
             return 1.0
@@ -237,13 +234,10 @@ class AdaptiveDraftLength:
         """The fewest drafts after a step that had all its `run` drafts accepted: more than
         `run` where some longer draft, accepted whole, costs no more per token than the run's
         step did (no acceptance rates make one pay otherwise: E(k') / E(k) <= (k'+1) / (k+1));
-        else `run` again. A verify one row into a new block of the kernel's rows costs that
-        block for one token (Gemma 3 270M on a Zen 3: 17 tokens 1.11-1.2x 16), and forcing it
-        after a run of 15 made each step of a long copied passage dearer per token than the run
-        before it. None (0) where the budget is no longer than the run: the curve picks the
-        length within it (forcing all 8 drafts left after a run of 15 verified 9 rows, a new
-        block, where 7 fill one); None too where the run's step, accepted whole, cost more per
-        token than a plain step (a draft model as dear as the main one, after a lucky probe)."""
+        else `run` again: a verify one row into a new block of the kernel's rows costs that
+        block for one token. None (0) where the budget is no longer than the run (the curve
+        picks the length within it, filling a block), or where the run's step, accepted whole,
+        cost more per token than a plain step (a draft model as dear as the main one)."""
         grown = run + 1
         per_token = self.relative_cost(run) / (run + 1)
         if grown > k_max or per_token >= 1.0:  # or even accepted whole, such drafts lose to plain steps
@@ -307,9 +301,8 @@ class AdaptiveDraftLength:
             # there would otherwise hold the length down for many steps of a copied passage), and
             # the next step drafts more where that can pay (_grown_min), as many as the cost
             # curve makes best. From a position where this reply's copies broke recently on, the
-            # evidence counts for half beside that hope, and no length is forced past it:
-            # SmolLM2's rewrite reply rewords every few words, and drafts forced to twice a run
-            # of 5 accepted 2 (0.99x of plain decoding on the curve; 1.05x so).
+            # evidence counts for half beside that hope, and no length is forced past it (a reply
+            # that rewords every few words).
             weak = self._weak_position(run)
             for i in range(run, min(_GROWTH * run, len(rates))):
                 hope = rates[run - 1] if i < weak else (rates[i] + rates[run - 1]) / 2
@@ -319,8 +312,7 @@ class AdaptiveDraftLength:
             if k_min and sees_copy():
                 # The drafter sees the copy still running (a continuation it saw before, whole): a
                 # run accepted whole is evidence for twice as far, where the curve makes that no
-                # dearer per token (llama.cpp's ngram-mod drafts its whole chain at once; growing
-                # one token a step took ten steps of a repeated 96-token reply to reach 13).
+                # dearer per token (llama.cpp's ngram-mod drafts its whole chain at once).
                 k_min = self._doubled_min(run, k_forced, k_min)
         best = best_length_for(rates, self.relative_cost, k_max, k_min=k_min)
         self.last_choice = ("rates", rates)
@@ -329,11 +321,7 @@ class AdaptiveDraftLength:
             # The drafter sees no copy (prompt lookup on a 1-2 token match), and the length would
             # reach past the positions any evidence is about, on rates they borrow from the last
             # one seen (the hopeful prior where nothing is): most likely a chance match. At most
-            # one position further than seen (one draft where nothing is). Replaying the bench's
-            # greedy replies on the retired torch kernel's curves, a cap of 4x as far lifted
-            # SmolLM2's summary from 0.94x to 1.01x (after one lucky probe it drafted 15); on
-            # llama.cpp's curves (2 tokens 1.75x one) the 4-token draft after a lucky probe
-            # still cost 0.92x, one position further 0.96x.
+            # one position further than seen (one draft where nothing is).
             best = best_length_for(rates, self.relative_cost, min(k_max, seen))
         if best == 0 and budget > 0 and k_max > 0:
             # A drafter that sees a copy running (prompt lookup, at no cost) earns a draft now:
@@ -351,9 +339,8 @@ class AdaptiveDraftLength:
     def _copy_length(self, k_max: int) -> int:
         """Drafts for a drafter that sees a copy running where the rates seen so far made no
         length pay: the best length at the rate a running copy earns (_COPY_RATE per position,
-        or better where seen), over the whole measured curve; 0 where no length pays even then.
-        A one-token probe here lost on a curve where two tokens cost 2.1x one (Gemma 3 270M on
-        a Zen 4: 1.9 tokens at best for 2.1 steps' time), where a long draft pays (9 tokens 4.65x)."""
+        or better where seen), over the whole measured curve; 0 where no length pays even then
+        (a one-token probe loses where two tokens cost twice one and a long draft pays)."""
         copy_rate = self._copy_rate()
         rates = [max(rate, copy_rate) for rate in self.rates()[:k_max]]
         self.last_choice = ("copy", rates)
@@ -361,10 +348,8 @@ class AdaptiveDraftLength:
 
     def _copy_rate(self) -> float:
         """P(a draft position is accepted) where the drafter sees a copy running and the rates
-        made no length pay: _COPY_RATE until such drafts are seen, then what they earned. A
-        reply that restates the question and then goes its own way (the bench's maths prompt)
-        had every such draft rejected, drafted long each step at the fixed hope, and ran at
-        0.70x of plain decoding."""
+        made no length pay: _COPY_RATE until such drafts are seen, then what they earned (a
+        reply that restates the question and then goes its own way rejects them all)."""
         accepted, reached = self._copy
         weight = sum(self._prior)
         return (accepted + weight * _COPY_RATE) / (reached + weight)
@@ -372,25 +357,20 @@ class AdaptiveDraftLength:
     def _unsure_rate(self) -> float:
         """P(the first draft is accepted) where the drafter sees no copy running. Prompt lookup's
         match of a token or two where a copy has just ended (a word the reply corrected) is
-        mostly wrong, where a running copy's next token is mostly right; one rate for both,
-        raised by the copies, drafted 4-8 tokens after each correction of SmolLM2's rewrite
-        reply, all rejected (0.85x of plain decoding in a replay on llama.cpp's curves, 0.87x
-        measured; 1.00x with this rate). Without such steps it is the rate of all steps."""
+        mostly wrong, where a running copy's next token is mostly right: one rate for both,
+        raised by the copies, drafted long after each correction. Without such steps it is the
+        rate of all steps."""
         accepted, reached = self._unsure
         weight = sum(self._prior)  # until such steps are seen, the first position's rate of all steps
-        # Hope is capped for such steps (_UNSURE_PRIOR): on SmolLM2 their first drafts were
-        # accepted 36% of the time over the bench's first requests (Gemma's 78%), and a first
-        # draft on the 0.9 of a fresh reply lost 0.66 of a step each time (0.96x of plain on its
-        # summary); where one token at 60% pays on the curve it is still drafted.
+        # Hope is capped for such steps (_UNSURE_PRIOR); where one token at 60% pays on the
+        # curve it is still drafted.
         return (accepted + weight * min(self.alpha, _UNSURE_PRIOR)) / (reached + weight)
 
     def _probe_affordable(self, catch_up: Callable[[], float] | None) -> bool:
         """Whether a probe now, with what the drafter must first read, keeps probes within
         _PROBE_BUDGET of the steps since the last one. A draft model that skipped the steps since
-        it last drafted reads them all before it drafts one token: on a 2-core CPU, where
-        llama.cpp reads a batch at about half a step per token, that costs more than any budget
-        of the time gives, and the probes of a declined draft model (a second read of the prompt
-        and every catch-up) had made its replies 6-24% slower than plain decoding."""
+        it last drafted reads them all before it drafts one token, which on a compute-bound CPU
+        costs more than any budget of the time gives."""
         if catch_up is None or self._verify_cost is None:
             return True
         probe = self.relative_cost(1) - 1.0 + catch_up() / self._verify_cost(1)
@@ -405,8 +385,7 @@ class AdaptiveDraftLength:
         if n_drafted or asked or self._verify_cost is None:
             # A step that asked for nothing changes neither the rates nor, on a measured curve,
             # the prices (the line fitted without one moves with every step): the memos stand,
-            # and a reply where nothing copies prices no lengths again (about 40 us of a 10 ms
-            # SmolLM2 step in Python).
+            # and a reply where nothing copies prices no lengths again (40 us of a 10 ms step).
             self._cost_memo.clear()
             self._rates_memo = None
         self.n_steps += 1
@@ -488,19 +467,17 @@ class SplitSchedule:
     n-gram drafts (`free_now()`, asked once a step: an n-gram drafter has a match) and a draft
     model's. Where a matcher has a match its draft goes first when the drafter sees a copy
     running, or when the model's drafts would not pay here at the acceptance seen (a CPU where
-    a verify costs nearly its length); else the model drafts, as far as its price pays. One schedule for both priced the
-    model's steps by the free ones' time and the free drafts by the model's acceptance; and on
-    a machine where the model's drafts are cheap, a 2-token chance match put in front of them
-    lost (Qwen2.5-Coder 0.5B for the 1.5B on a memory-bound curve: 2.07x of plain with lookup
-    first, 2.32x with the model alone)."""
+    a verify costs nearly its length); else the model drafts, as far as its price pays. One
+    schedule for both priced the model's steps by the free ones' time and the free drafts by
+    the model's acceptance, and where the model's drafts are cheap a chance match put in front
+    of them lost."""
 
     def __init__(self, free: AdaptiveDraftLength, model: AdaptiveDraftLength, free_now: Callable[[], bool],
                  use_free: Callable[[bool], None] | None = None, free_confident: Confidence = None) -> None:
         """use_free(chosen): tells the drafter which kind drafts this step. free_confident: the
         n-gram matchers' own confidence, the draft model left out; the free drafts' schedule
-        goes by it (the whole drafter's says "unsure" never, a model backing the matchers, and
-        lookup's 1-2 token chance matches were drafted 4-18 long on hope: 0.88x of n-gram
-        drafting alone on Qwen2.5-Coder 1.5B's rewrite reply, 2-core Sapphire Rapids)."""
+        goes by it (the whole drafter's never says "unsure" with a model backing the matchers,
+        and lookup's chance matches were drafted long on hope)."""
         self.free, self.model, self._free_now, self._use_free = free, model, free_now, use_free
         self._free_confident = free_confident
         self._current = model
