@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf.info import check_tensor_table, format_info, parse_gguf_header, read_gguf_info
+from app.engine.gguf.checks import check_tensor_table
+from app.engine.gguf.format import format_info
+from app.engine.gguf.info import parse_gguf_header, read_gguf_info
 from app.engine.loader import load_model
 from tests.header_gguf import make_tokens, small_tensors, write_gguf
 from tests.tiny_gguf import TinySpec, write_tiny_gguf

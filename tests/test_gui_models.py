@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
-from app.engine.gguf.info import format_bytes
+from app.engine.gguf.format import format_bytes
 from app.hub.builtin import builtin_path
 from app.worker.requests import LOOKUP, MODEL, NONE
 from tests.gui_support import GREEDY_FIXED, add_models, load_pair, open_window, send, shot

@@ -15,19 +15,19 @@ def test_import_contracts_hold():
 
 
 def test_the_window_takes_byte_sizes_from_its_own_format_module():
-    """One definition of format_bytes (the GGUF reader's, which engine, hub and CLI share); the
+    """One definition of format_bytes (app.engine.gguf.format, which engine, hub and CLI share); the
     window's files take it, with the rest of their text formats, from app.ui.common.format and never
-    reach into the header reader for it (issue 49 item 7)."""
+    reach into the engine for it (issue 49 item 7)."""
     import ast
 
-    from app.engine.gguf import info
+    from app.engine.gguf import format as gguf_format
     from app.ui.common import format as ui_format
 
-    assert ui_format.format_bytes is info.format_bytes
+    assert ui_format.format_bytes is gguf_format.format_bytes
     reaching = []
     for path in sorted((ROOT / "app" / "ui").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module == "app.engine.gguf.info":
+            if isinstance(node, ast.ImportFrom) and node.module in ("app.engine.gguf.info", "app.engine.gguf.format"):
                 if any(alias.name == "format_bytes" for alias in node.names) and path.name != "format.py":
                     reaching.append(str(path.relative_to(ROOT)))
     assert reaching == []

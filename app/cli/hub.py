@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.gguf.info import format_bytes
+from app.engine.gguf.format import format_bytes
 from app.hub.fields import shown
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _local_info(value: str):
 
 def cmd_info(args: argparse.Namespace) -> int:
     from app.engine.drafting.compat import check_draft
-    from app.engine.gguf.info import format_info
+    from app.engine.gguf.format import format_info
     from app.hub.names import model_title
     from app.hub.search import fetch_remote_header, fits_this_machine
 

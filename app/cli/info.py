@@ -7,7 +7,8 @@ import json
 import sys
 
 from app.engine.drafting.compat import check_draft
-from app.engine.gguf.info import format_info, read_gguf_info
+from app.engine.gguf.format import format_info
+from app.engine.gguf.info import read_gguf_info
 from app.hub.builtin import resolve_model_arg
 from app.hub.display import display_name
 

@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from app.common.atomic import private_dir
 from app.engine.errors import Cancel, LoadCancelled, ModelFileError
-from app.engine.gguf.info import format_bytes
+from app.engine.gguf.format import format_bytes
 from app.hub.disk import check_free_space
 
 log = logging.getLogger(__name__)

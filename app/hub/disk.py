@@ -16,7 +16,7 @@ from pathlib import Path
 
 from huggingface_hub import constants
 
-from app.engine.gguf.info import format_bytes
+from app.engine.gguf.format import format_bytes
 from app.hub.errors import DiskFullError
 
 FAKE_FREE_ENV = "SPECULA_FAKE_FREE_BYTES"

@@ -35,7 +35,7 @@ from huggingface_hub import HfApi, constants, hf_hub_download
 from huggingface_hub.file_download import http_get, repo_folder_name
 from tqdm.auto import tqdm
 
-from app.engine.gguf.info import format_bytes
+from app.engine.gguf.format import format_bytes
 from app.hub.disk import check_free_space, hub_cache_dir, size_or_zero
 from app.hub.errors import (ChecksumError, DiskFullError, DownloadCancelled, DownloadInterrupted,
                             GatedRepoError, HubError, NotFoundError, check_online, endpoint, hub_call)

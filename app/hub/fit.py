@@ -21,7 +21,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.engine.gguf.info import GGUFInfo, format_bytes
+from app.engine.gguf.format import format_bytes
+from app.engine.gguf.info import GGUFInfo
 from app.common.machine import memory_limit_bytes, ram_total
 
 log = logging.getLogger(__name__)

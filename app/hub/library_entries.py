@@ -19,7 +19,7 @@ from app.hub.library import LocalModel, list_local_models
 from app.hub.display import display_name
 from app.hub.identity import same_file
 from app.hub.names import file_title
-from app.engine.gguf.info import format_bytes
+from app.engine.gguf.format import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.gguf.info import GGUFInfo, StringArray
+from app.engine.gguf.info import GGUFInfo
+from app.engine.gguf.values import StringArray
 
 log = logging.getLogger(__name__)
 

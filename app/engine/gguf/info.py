@@ -14,25 +14,25 @@ u64 offset), padding to `general.alignment`, then the tensor data.
 from __future__ import annotations
 
 import logging
-import math
 import mmap
 import os
 import struct
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from app.engine.errors import ModelFileError
+from app.engine.gguf.checks import check_tensor_table
+from app.engine.gguf.values import DEFAULT_ALIGNMENT, StringArray, as_int, is_count, kind_of
 
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
-DEFAULT_ALIGNMENT = 32
 # llama.cpp and gguf-py read general.alignment as a u32, a non-zero power of two, 32 when absent,
 # and nothing bounds it. We do: alignment only adds padding, which counts in every size read from
 # a file (a sparse 94 MB file aligned to 4 MiB had 1.17 GB of them, and make-draft wrote 940 MB).
@@ -64,6 +64,11 @@ _DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16":
                   "half": "float16", "bf16": "bfloat16"}
 
 
+def dtype_name(dtype: str) -> str:
+    """A dtype as the sizes know it ("f16" -> "float16")."""
+    return _DTYPE_ALIASES.get(dtype, dtype)
+
+
 # Bounds are checked before every read; these are a last line of defence against a corrupt header
 # reaching the user as a traceback.
 _LOW_LEVEL = (struct.error, IndexError, OverflowError, ValueError, TypeError, MemoryError)
@@ -92,50 +97,6 @@ class _Corrupt(Exception):
     """Internal: the header is readable but its content is invalid (one-line cause)."""
 
 
-class StringArray(Sequence[str]):
-    """A GGUF string array as one bytes blob plus offsets; items are decoded on access.
-
-    Decoding 262k token strings eagerly costs more than parsing the rest of the header, and the
-    compatibility check can compare the raw bytes directly (`raw`, `blob`, `starts`, `ends`).
-    """
-
-    __slots__ = ("blob", "starts", "ends", "_decoded")
-
-    def __init__(self, blob: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
-        self.blob = blob
-        self.starts = starts  # int64 offsets into blob, one per item
-        self.ends = ends
-        self._decoded: list[str] | None = None
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def raw(self, i: int) -> bytes:
-        return self.blob[self.starts[i]:self.ends[i]]
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._decoded is not None:
-            return self._decoded[i]
-        # errors="replace": a stray invalid byte must not make a whole model unreadable.
-        return self.raw(i).decode("utf-8", errors="replace")
-
-    def __iter__(self) -> Iterator[str]:
-        if self._decoded is None:
-            blob = self.blob
-            self._decoded = [blob[s:e].decode("utf-8", errors="replace")
-                             for s, e in zip(self.starts.tolist(), self.ends.tolist())]
-        return iter(self._decoded)
-
-    def __repr__(self) -> str:
-        return f"StringArray(len={len(self)})"
-
-
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -147,7 +108,7 @@ class TensorInfo:
 
 
 def _dtype_size(dtype: str) -> int:
-    name = _DTYPE_ALIASES.get(dtype, dtype)
+    name = dtype_name(dtype)
     if name not in _DTYPE_SIZES:
         raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(_DTYPE_SIZES)})")
     return _DTYPE_SIZES[name]
@@ -200,8 +161,8 @@ class GGUFInfo:
         """KV cache bytes per token of context: keys + values over every layer's KV heads ("gguf":
         llama.cpp's float16 cache)."""
         md, arch = self.metadata, self.architecture
-        k_len = _as_int(md.get(f"{arch}.attention.key_length")) or self.head_dim
-        v_len = _as_int(md.get(f"{arch}.attention.value_length")) or k_len
+        k_len = as_int(md.get(f"{arch}.attention.key_length")) or self.head_dim
+        v_len = as_int(md.get(f"{arch}.attention.value_length")) or k_len
         size = _dtype_size("float16" if dtype == "gguf" else dtype)  # llama.cpp's default KV type
         return self._kv_heads_total * (k_len + v_len) * size
 
@@ -217,7 +178,7 @@ class GGUFInfo:
             "head_dim": self.head_dim, "vocab_type": self.vocab_type, "vocab_size": self.vocab_size,
             "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id,
             "add_bos_token": self.add_bos_token, "add_eos_token": self.add_eos_token,
-            "has_chat_template": self.has_chat_template, "dtype": _DTYPE_ALIASES.get(dtype, dtype),
+            "has_chat_template": self.has_chat_template, "dtype": dtype_name(dtype),
             "memory_bytes": self.memory_bytes(dtype),
             "kv_bytes_per_token": self.kv_bytes_per_token(dtype),
             "metadata": {k: _jsonable(v) for k, v in self.metadata.items()},
@@ -234,18 +195,6 @@ def _jsonable(value: Any) -> Any:
         kind = "str" if isinstance(value, StringArray) else str(getattr(value, "dtype", "array"))
         return {"array": kind, "length": len(value)}
     return value
-
-
-def _as_int(value: Any, default: int = 0) -> int:
-    """A metadata number; a per-layer array counts as its maximum."""
-    if value is None:
-        return default
-    if isinstance(value, (np.ndarray, list)):
-        return int(max(value)) if len(value) else default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
 
 
 # What parsing one header may allocate. Counts are checked against the bytes each item needs at
@@ -426,7 +375,7 @@ def _alignment(value: Any, vtype: int) -> int:
     """general.alignment, checked: a u32 (llama.cpp and gguf-py refuse any other type),
     a power of two, at most MAX_ALIGNMENT."""
     if vtype != _T_U32:
-        raise _Corrupt(f"invalid general.alignment: must be a u32, not {_kind(value)} (GGUF value type {vtype})")
+        raise _Corrupt(f"invalid general.alignment: must be a u32, not {kind_of(value)} (GGUF value type {vtype})")
     if value <= 0 or value & (value - 1) or value > MAX_ALIGNMENT:
         raise _Corrupt(f"invalid general.alignment {value}: must be a power of two from 1 to "
                        f"{MAX_ALIGNMENT} (GGUF writers use {DEFAULT_ALIGNMENT})")
@@ -446,32 +395,21 @@ _STRING_ARRAY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")
 _NUMBER_ARRAY_KEYS = ("tokenizer.ggml.token_type", "tokenizer.ggml.scores")
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, (StringArray, list, np.ndarray)):
-        return "an array"
-    return "a string" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
-
-
-def _is_count(value: Any) -> bool:
-    """A non-negative whole number stored as an integer type (llama.cpp refuses other types too)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
-
-
 def _check_types(md: dict[str, Any]) -> None:
     """Refuse (naming the key) metadata whose type differs from what GGUF writers store."""
     arch = md.get("general.architecture", "unknown")
     for key in _STRING_KEYS:
         if key in md and not isinstance(md[key], str):
-            raise _Corrupt(f"metadata {key} must be a string, not {_kind(md[key])}")
+            raise _Corrupt(f"metadata {key} must be a string, not {kind_of(md[key])}")
     for key in (*_INT_KEYS, *(f"{arch}.{k}" for k in _ARCH_INT_KEYS)):
-        if key in md and not _is_count(md[key]):
-            raise _Corrupt(f"metadata {key} must be a non-negative integer, not {_kind(md[key])}")
+        if key in md and not is_count(md[key]):
+            raise _Corrupt(f"metadata {key} must be a non-negative integer, not {kind_of(md[key])}")
     for key in (f"{arch}.{k}" for k in _ARCH_PER_LAYER_KEYS):
         value = md.get(key)
-        if value is None or _is_count(value):
+        if value is None or is_count(value):
             continue
         if not (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and (value >= 0).all()):
-            raise _Corrupt(f"metadata {key} must be a non-negative integer or one per layer, not {_kind(value)}")
+            raise _Corrupt(f"metadata {key} must be a non-negative integer or one per layer, not {kind_of(value)}")
     for key in _STRING_ARRAY_KEYS:
         if key in md and not isinstance(md[key], StringArray):
             raise _Corrupt(f"metadata {key} must be an array of strings")
@@ -484,24 +422,24 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
            tensors: tuple[TensorInfo, ...], data_offset: int) -> GGUFInfo:
     _check_types(md)
     arch = str(md.get("general.architecture", "unknown"))
-    n_layers = _as_int(md.get(f"{arch}.block_count"))
-    n_embd = _as_int(md.get(f"{arch}.embedding_length"))
-    n_head = _as_int(md.get(f"{arch}.attention.head_count"))
+    n_layers = as_int(md.get(f"{arch}.block_count"))
+    n_embd = as_int(md.get(f"{arch}.embedding_length"))
+    n_head = as_int(md.get(f"{arch}.attention.head_count"))
     kv_raw = md.get(f"{arch}.attention.head_count_kv", md.get(f"{arch}.attention.head_count"))
-    n_head_kv = _as_int(kv_raw, n_head)
+    n_head_kv = as_int(kv_raw, n_head)
     # Per-layer KV head counts (hybrid models give some layers none) make the KV estimate exact.
     if isinstance(kv_raw, (np.ndarray, list)) and len(kv_raw):
         kv_total = int(sum(int(x) for x in kv_raw))
     else:
         kv_total = n_layers * n_head_kv
-    head_dim = _as_int(md.get(f"{arch}.attention.key_length")) or (n_embd // n_head if n_head else 0)
+    head_dim = as_int(md.get(f"{arch}.attention.key_length")) or (n_embd // n_head if n_head else 0)
 
     toks = md.get("tokenizer.ggml.tokens")
     by_name = {t.name: t for t in tensors}
     if toks is not None:
         vocab_size = len(toks)
     elif f"{arch}.vocab_size" in md:
-        vocab_size = _as_int(md[f"{arch}.vocab_size"])
+        vocab_size = as_int(md[f"{arch}.vocab_size"])
     elif "token_embd.weight" in by_name:
         vocab_size = by_name["token_embd.weight"].shape[0]
     else:
@@ -509,7 +447,7 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
 
     def opt_int(key: str) -> int | None:
         v = md.get(key)
-        return None if v is None else _as_int(v)
+        return None if v is None else as_int(v)
 
     def opt_bool(key: str) -> bool | None:
         v = md.get(key)
@@ -523,7 +461,7 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
         n_params=sum(t.n_elements for t in tensors),
         file_type=_file_type_name(md.get("general.file_type")),
         tensor_types=dict(counts.most_common()),
-        context_length=_as_int(md.get(f"{arch}.context_length")),
+        context_length=as_int(md.get(f"{arch}.context_length")),
         n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
         vocab_type=md.get("tokenizer.ggml.model"), vocab_size=vocab_size,
         bos_token_id=opt_int("tokenizer.ggml.bos_token_id"),
@@ -533,202 +471,6 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
         has_chat_template=isinstance(template, str) and bool(template.strip()),
         data_offset=data_offset, _kv_heads_total=kv_total,
     )
-
-
-def check_tensor_table(info: GGUFInfo) -> None:
-    """Refuse, naming the key, a header whose sizes disagree with its own tensors.
-
-    What is built comes from the header (layer count, heads, vocabulary), while the memory check
-    and the weights come from the tensors: `block_count = 1000000` beside 30 layers of tensors
-    passed the check and then allocated without bound. llama.cpp likewise refuses any tensor whose
-    shape differs from what the header implies. Run before anything is built; a split file's first
-    part, which lacks the other parts' tensors, is refused here too."""
-    try:
-        _check_layers(info)
-        _check_embedding(info)
-        _check_heads(info)
-        _check_feed_forward(info)
-        _check_rope(info)
-        _check_layout(info)
-        _check_vocabulary(info)
-        _check_floats(info)
-    except _Corrupt as e:
-        raise ModelFileError(f"{info.path.name}: {e}") from None
-
-
-def _key(info: GGUFInfo, name: str) -> str:
-    return f"{info.architecture}.{name}"
-
-
-def _check_layers(info: GGUFInfo) -> None:
-    present = set()
-    for t in info.tensors:
-        parts = t.name.split(".")
-        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
-            present.add(int(parts[1]))
-    key = _key(info, "block_count")
-    if info.n_layers <= 0:
-        raise _Corrupt(f"metadata {key} is {info.n_layers}: no layers to build")
-    layers_with_tensors = len(present & set(range(info.n_layers)))
-    if layers_with_tensors != info.n_layers or (present and max(present) >= info.n_layers):
-        raise _Corrupt(f"metadata {key} = {info.n_layers} disagrees with the tensors "
-                       f"({len(present)} layers, blk.{min(present, default=0)}-blk.{max(present, default=0)})")
-
-
-def _check_embedding(info: GGUFInfo) -> None:
-    by_name = {t.name: t for t in info.tensors}
-    embd = by_name.get("token_embd.weight")
-    if embd is None or len(embd.shape) != 2:
-        raise _Corrupt("no 2-D token_embd.weight tensor")
-    if embd.shape[1] != info.n_embd:
-        raise _Corrupt(f"metadata {_key(info, 'embedding_length')} = {info.n_embd} disagrees with "
-                       f"token_embd.weight {list(embd.shape)}")
-    vocab_key = _key(info, "vocab_size")
-    if vocab_key in info.metadata and int(info.metadata[vocab_key]) != embd.shape[0]:
-        # transformers' config takes its vocabulary size from this key: 2,000,000 beside a
-        # 49,152-row table sized the model (and calibrate's 15 GB) from the key. llama.cpp
-        # refuses the same file for the tensor's shape.
-        raise _Corrupt(f"metadata {vocab_key} = {info.metadata[vocab_key]} disagrees with "
-                       f"token_embd.weight {list(embd.shape)}")
-    tokens = info.metadata.get("tokenizer.ggml.tokens")
-    for name in ("token_embd.weight", "output.weight"):
-        tensor = by_name.get(name)
-        if tokens is not None and tensor is not None and tensor.shape[0] != len(tokens):
-            raise _Corrupt(f"metadata tokenizer.ggml.tokens has {len(tokens)} tokens but {name} "
-                           f"has {tensor.shape[0]} rows")
-
-
-def _per_layer(info: GGUFInfo, name: str, default: Any) -> list[int]:
-    value = info.metadata.get(_key(info, name), default)
-    if isinstance(value, np.ndarray):
-        if len(value) != info.n_layers:
-            raise _Corrupt(f"metadata {_key(info, name)} has {len(value)} values for {info.n_layers} layers")
-        return [int(v) for v in value]
-    return [int(value or 0)] * info.n_layers
-
-
-def _check_heads(info: GGUFInfo) -> None:
-    """Each layer's attention projections against the head counts and lengths they imply."""
-    md, by_name = info.metadata, {t.name: t for t in info.tensors}
-    heads = _per_layer(info, "attention.head_count", 0)
-    kv_heads = _per_layer(info, "attention.head_count_kv", md.get(_key(info, "attention.head_count"), 0))
-    for layer, (n_head, n_kv) in enumerate(zip(heads, kv_heads)):
-        q, k = by_name.get(f"blk.{layer}.attn_q.weight"), by_name.get(f"blk.{layer}.attn_k.weight")
-        v, qkv = by_name.get(f"blk.{layer}.attn_v.weight"), by_name.get(f"blk.{layer}.attn_qkv.weight")
-        if q is None and qkv is None:
-            continue  # no plain attention in this layer (recurrent, MLA): nothing to compare
-        if n_head <= 0:
-            raise _Corrupt(f"metadata {_key(info, 'attention.head_count')} is {n_head} for layer {layer}")
-        if n_kv > n_head or (n_kv and n_head % n_kv):
-            raise _Corrupt(f"metadata {_key(info, 'attention.head_count_kv')} = {n_kv} does not divide "
-                           f"{_key(info, 'attention.head_count')} = {n_head}")
-        k_len = _as_int(md.get(_key(info, "attention.key_length"))) or info.n_embd // n_head
-        v_len = _as_int(md.get(_key(info, "attention.value_length"))) or k_len
-        expected = ({q: n_head * k_len, k: n_kv * k_len, v: n_kv * v_len} if qkv is None
-                    else {qkv: n_head * k_len + n_kv * (k_len + v_len)})
-        for tensor, rows in expected.items():
-            if tensor is not None and (len(tensor.shape) != 2 or tensor.shape[0] != rows
-                                       or tensor.shape[1] != info.n_embd):
-                raise _Corrupt(f"{tensor.name} {list(tensor.shape)} disagrees with the header's head "
-                               f"counts and lengths (expects [{rows}, {info.n_embd}]; keys "
-                               f"{_key(info, 'attention.head_count')}, {_key(info, 'attention.head_count_kv')}, "
-                               f"{_key(info, 'attention.key_length')})")
-
-
-def _check_feed_forward(info: GGUFInfo) -> None:
-    """feed_forward_length (transformers' intermediate_size) against each layer's ffn_down, whose
-    input is that size in every layout (ffn_up may hold gate and up fused, Phi-3's 2 x n_ff)."""
-    key = _key(info, "feed_forward_length")
-    if key not in info.metadata:
-        return
-    by_name = {t.name: t for t in info.tensors}
-    for layer, n_ff in enumerate(_per_layer(info, "feed_forward_length", 0)):
-        down = by_name.get(f"blk.{layer}.ffn_down.weight")
-        if down is None:
-            continue  # experts only, or no feed-forward in this layer: nothing to compare
-        gate = by_name.get(f"blk.{layer}.ffn_gate.weight")
-        if (n_ff <= 0 or down.shape != (info.n_embd, n_ff)
-                or (gate is not None and gate.shape != (n_ff, info.n_embd))):
-            raise _Corrupt(f"metadata {key} = {n_ff} disagrees with {down.name} {list(down.shape)} "
-                           f"(layer {layer})")
-
-
-# Architectures whose rotary dimension is the head's whole length: llama.cpp refuses any other
-# (invalid n_rot), and transformers' config reads the key as head_dim, sizing every projection.
-_ROPE_IS_HEAD = ("llama", "mistral", "deci", "falcon")
-_MAX_HEAD_LENGTH = 1 << 16
-
-
-def _check_rope(info: GGUFInfo) -> None:
-    """rope.dimension_count: positive, even, at most the head's length (its whole length where
-    the architecture rotates all of it)."""
-    key = _key(info, "rope.dimension_count")
-    if key not in info.metadata:
-        return
-    value = info.metadata[key]
-    if not _is_count(value):
-        raise _Corrupt(f"metadata {key} must be a non-negative integer, not {_kind(value)}")
-    n_rot, head = int(value), info.head_dim
-    if head <= 0:  # no attention heads to rotate: only a sane bound
-        head = _MAX_HEAD_LENGTH
-    if n_rot <= 0 or n_rot % 2 or n_rot > head or (info.architecture in _ROPE_IS_HEAD and n_rot != head):
-        raise _Corrupt(f"metadata {key} = {n_rot} does not fit the heads' length {info.head_dim}")
-
-
-def _check_layout(info: GGUFInfo) -> None:
-    """Each tensor once, at an aligned offset, its data apart from the others': ggml's reader
-    refuses any other layout, and torch would read shifted or shared bytes as weights."""
-    alignment = _as_int(info.metadata.get("general.alignment"), DEFAULT_ALIGNMENT)
-    names: set[str] = set()
-    end = 0
-    for t in sorted(info.tensors, key=lambda t: t.offset):
-        if t.name in names:
-            raise _Corrupt(f"tensor {t.name!r} appears twice")
-        names.add(t.name)
-        if t.offset % alignment or t.offset < end:
-            raise _Corrupt(f"tensor {t.name!r}: data at offset {t.offset} is not aligned to "
-                           f"{alignment} or overlaps the tensor before it (which ends at {end})")
-        end = t.offset + t.n_bytes
-
-
-def _check_vocabulary(info: GGUFInfo) -> None:
-    """What llama.cpp's vocabulary aborts the process on (a GGML_ASSERT, not an error it returns):
-    a token text twice, once it names an empty token `[EMPTY_<id>]` as llama-vocab.cpp does, and
-    a file without a vocabulary (tokenizer.ggml.model none), whose every token query asserts."""
-    model = info.metadata.get("tokenizer.ggml.model")
-    if model in ("none", "no_vocab"):
-        raise _Corrupt(f"metadata tokenizer.ggml.model is {model!r}: no vocabulary to run with")
-    tokens = info.metadata.get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, StringArray):
-        return
-    blob = tokens.blob
-    texts = [blob[s:e] or b"[EMPTY_%d]" % i
-             for i, (s, e) in enumerate(zip(tokens.starts.tolist(), tokens.ends.tolist()))]
-    if len(set(texts)) != len(texts):
-        first: dict[bytes, int] = {}
-        for i, text in enumerate(texts):
-            if text in first:
-                raise _Corrupt(f"metadata tokenizer.ggml.tokens has {text[:40]!r} twice "
-                               f"(tokens {first[text]} and {i})")
-            first[text] = i
-
-
-# Floats whose hostile values llama.cpp does not refuse: a NaN or negative norm epsilon aborts in
-# ggml-cpu's norm (GGML_ASSERT(eps >= 0)); a rope base of zero or below makes every logit NaN.
-_FLOAT_KEYS = (("attention.layer_norm_rms_epsilon", False), ("attention.layer_norm_epsilon", False),
-               ("rope.freq_base", True), ("rope.freq_base_swa", True))
-
-
-def _check_floats(info: GGUFInfo) -> None:
-    for name, positive in _FLOAT_KEYS:
-        key = _key(info, name)
-        if key not in info.metadata:
-            continue
-        value = info.metadata[key]
-        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-        if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
-            raise _Corrupt(f"metadata {key} must be a finite number {'above' if positive else 'of at least'} 0, "
-                           f"not {_kind(value)}")
 
 
 def _parse_or_raise(buf: Any, path: Path, file_size: int | None, name: str) -> GGUFInfo:
@@ -791,58 +533,7 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
 def is_split_part(info: GGUFInfo) -> bool:
     """One part of a model gguf-split wrote in several files (the others hold more tensors)."""
     count = info.metadata.get("split.count")
-    return _is_count(count) and int(count) > 1
-
-
-def format_bytes(n: float) -> str:
-    if n < 1024:
-        return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            return f"{n:.2f} {unit}" if unit == "GiB" else f"{n:.1f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def _fmt_count(n: int) -> str:
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.2f}{unit}" if unit == "B" else f"{n / div:.1f}{unit}"
-    return str(n)
-
-
-def format_info(info: GGUFInfo, dtype: str = "bfloat16", title: str | None = None) -> str:
-    """Human-readable multi-line summary for `specula inspect`. `title`: the model's name as the
-    library shows it (the hub's display_name); the header's own general.name is labelled as such."""
-    def yn(v: bool | None) -> str:
-        return "unset" if v is None else "yes" if v else "no"
-
-    dt = _DTYPE_ALIASES.get(dtype, dtype)
-    kv = info.kv_bytes_per_token(dtype)
-    types = ", ".join(f"{t}×{n}" for t, n in info.tensor_types.items())
-    rows = [
-        *([("model", title)] if title else []),
-        ("file", f"{info.path.name} ({format_bytes(info.file_size)}, GGUF v{info.version})"),
-        ("architecture", info.architecture),
-        ("general.name", info.name or "-"),
-        ("size label", info.size_label or "-"),
-        ("parameters", f"{_fmt_count(info.n_params)} ({info.n_params:,})"),
-        ("file type", info.file_type or "-"),
-        ("tensors", f"{len(info.tensors)} ({types})" if types else "0"),
-        ("context length", f"{info.context_length:,}"),
-        ("layers", str(info.n_layers)),
-        ("embedding", str(info.n_embd)),
-        ("heads", f"{info.n_head} (KV {info.n_head_kv}, head dim {info.head_dim})"),
-        ("vocabulary", f"{info.vocab_size:,} tokens ({info.vocab_type or 'unknown type'})"),
-        ("BOS / EOS", f"{info.bos_token_id} / {info.eos_token_id} "
-                      f"(add BOS: {yn(info.add_bos_token)}, add EOS: {yn(info.add_eos_token)})"),
-        ("chat template", "yes" if info.has_chat_template else "no"),
-        (f"weights ({dt})", format_bytes(info.memory_bytes(dtype))),
-        (f"KV cache ({dt})", f"{format_bytes(kv)} per token, "
-                             f"{format_bytes(kv * info.context_length)} at full context"),
-    ]
-    width = max(len(k) for k, _ in rows) + 1
-    return "\n".join(f"{k + ':':<{width}} {v}" for k, v in rows)
+    return is_count(count) and int(count) > 1
 
 
 def read_tensor(info: GGUFInfo, name: str) -> np.ndarray:

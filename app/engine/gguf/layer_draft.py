@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from app.engine.errors import ModelFileError, SpeculaError, UnsupportedModelError
-from app.engine.gguf.info import GGUFInfo, format_bytes, read_gguf_info
+from app.engine.gguf.format import format_bytes
+from app.engine.gguf.info import GGUFInfo, read_gguf_info
 
 log = logging.getLogger(__name__)
 

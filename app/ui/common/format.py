@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 # Byte sizes read the same in the window as in the CLI and the hub's messages: one definition, the
 # GGUF reader's, which the window's files take from here with the rest of their text formats.
-from app.engine.gguf.info import format_bytes  # re-exported for the window
+from app.engine.gguf.format import format_bytes  # re-exported for the window
 
 
 # How a reply ended, when it was not the model's own choice (eos or a stop string).

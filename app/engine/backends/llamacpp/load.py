@@ -13,7 +13,8 @@ from app.engine.backends.llamacpp import cost as llamacpp_cost, lib as llamacpp_
 from app.engine.backends.llamacpp.kv import LlamaKV, LlamaSettings, LlamaWeights
 from app.engine.backends.llamacpp.tokenizer import LlamaTokenizer
 from app.engine.errors import InsufficientMemoryError
-from app.engine.gguf.info import GGUFInfo, format_bytes
+from app.engine.gguf.format import format_bytes
+from app.engine.gguf.info import GGUFInfo
 from app.common.machine import memory_limit_bytes
 
 log = logging.getLogger(__name__)

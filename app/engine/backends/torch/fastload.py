@@ -43,7 +43,8 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, 
 from app.engine.backends.torch import bpe_form
 from app.common.atomic import write_atomic
 from app.engine.errors import Cancel, LoadCancelled, ModelFileError
-from app.engine.gguf.info import GGUFInfo, check_tensor_table, hash_header
+from app.engine.gguf.checks import check_tensor_table
+from app.engine.gguf.info import GGUFInfo, hash_header
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from app.engine.backends.torch import fastload
 from app.engine.backends.base import LoadRequest, ProgressCallback
 from app.engine.backends.torch.device import DevicePlan, apply_plan, resolve_plan
 from app.engine.errors import Cancel, DeviceError, InsufficientMemoryError, LoadCancelled, ModelFileError, SpeculaError, UnsupportedModelError, first_line
-from app.engine.gguf.info import GGUFInfo, format_bytes, read_tensor
+from app.engine.gguf.format import format_bytes
+from app.engine.gguf.info import GGUFInfo, read_tensor
 from app.common.machine import memory_limit_bytes
 from app.engine.backends.torch.kv import require_cache_argument
 from app.engine.backends.torch.rope import apply_rope_scaling
