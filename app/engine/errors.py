@@ -16,6 +16,20 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return text[0][:limit] if text else ""
 
 
+def quoted(raw: bytes | str, limit: int = 160) -> str:
+    """Up to `limit` characters of text that is not ours (a remote's, a model's) for a message:
+    every character that is not printable (controls, terminal escapes, line breaks) escaped, the
+    rest cut with '...'."""
+    if isinstance(raw, bytes):  # decode no more than the limit needs: answers run to megabytes
+        text = raw[:limit * 4].decode("utf-8", "replace")
+        more = len(raw) > limit * 4
+    else:
+        text, more = raw[:limit + 1], len(raw) > limit
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    more = more or len(text) > limit or len(shown) > limit
+    return shown[:limit] + ("..." if more else "")
+
+
 class SpeculaError(Exception):
     """Base of every error shown to a user as one line (never a traceback)."""
 

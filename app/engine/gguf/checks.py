@@ -57,7 +57,7 @@ def _check_layers(info: GGUFInfo) -> None:
     layers_with_tensors = len(present & set(range(info.n_layers)))
     if layers_with_tensors != info.n_layers or (present and max(present) >= info.n_layers):
         raise _Mismatch(f"metadata {key} = {info.n_layers} disagrees with the tensors "
-                       f"({len(present)} layers, blk.{min(present, default=0)}-blk.{max(present, default=0)})")
+                        f"({len(present)} layers, blk.{min(present, default=0)}-blk.{max(present, default=0)})")
 
 
 def _check_embedding(info: GGUFInfo) -> None:
@@ -67,20 +67,20 @@ def _check_embedding(info: GGUFInfo) -> None:
         raise _Mismatch("no 2-D token_embd.weight tensor")
     if embd.shape[1] != info.n_embd:
         raise _Mismatch(f"metadata {_key(info, 'embedding_length')} = {info.n_embd} disagrees with "
-                       f"token_embd.weight {list(embd.shape)}")
+                        f"token_embd.weight {list(embd.shape)}")
     vocab_key = _key(info, "vocab_size")
     if vocab_key in info.metadata and int(info.metadata[vocab_key]) != embd.shape[0]:
         # transformers' config takes its vocabulary size from this key: 2,000,000 beside a
         # 49,152-row table sized the model (and calibrate's 15 GB) from the key. llama.cpp
         # refuses the same file for the tensor's shape.
         raise _Mismatch(f"metadata {vocab_key} = {info.metadata[vocab_key]} disagrees with "
-                       f"token_embd.weight {list(embd.shape)}")
+                        f"token_embd.weight {list(embd.shape)}")
     tokens = info.metadata.get("tokenizer.ggml.tokens")
     for name in ("token_embd.weight", "output.weight"):
         tensor = by_name.get(name)
         if tokens is not None and tensor is not None and tensor.shape[0] != len(tokens):
             raise _Mismatch(f"metadata tokenizer.ggml.tokens has {len(tokens)} tokens but {name} "
-                           f"has {tensor.shape[0]} rows")
+                            f"has {tensor.shape[0]} rows")
 
 
 def _per_layer(info: GGUFInfo, name: str, default: Any) -> list[int]:
@@ -106,7 +106,7 @@ def _check_heads(info: GGUFInfo) -> None:
             raise _Mismatch(f"metadata {_key(info, 'attention.head_count')} is {n_head} for layer {layer}")
         if n_kv > n_head or (n_kv and n_head % n_kv):
             raise _Mismatch(f"metadata {_key(info, 'attention.head_count_kv')} = {n_kv} does not divide "
-                           f"{_key(info, 'attention.head_count')} = {n_head}")
+                            f"{_key(info, 'attention.head_count')} = {n_head}")
         k_len = as_int(md.get(_key(info, "attention.key_length"))) or info.n_embd // n_head
         v_len = as_int(md.get(_key(info, "attention.value_length"))) or k_len
         expected = ({q: n_head * k_len, k: n_kv * k_len, v: n_kv * v_len} if qkv is None
@@ -115,9 +115,9 @@ def _check_heads(info: GGUFInfo) -> None:
             if tensor is not None and (len(tensor.shape) != 2 or tensor.shape[0] != rows
                                        or tensor.shape[1] != info.n_embd):
                 raise _Mismatch(f"{tensor.name} {list(tensor.shape)} disagrees with the header's head "
-                               f"counts and lengths (expects [{rows}, {info.n_embd}]; keys "
-                               f"{_key(info, 'attention.head_count')}, {_key(info, 'attention.head_count_kv')}, "
-                               f"{_key(info, 'attention.key_length')})")
+                                f"counts and lengths (expects [{rows}, {info.n_embd}]; keys "
+                                f"{_key(info, 'attention.head_count')}, {_key(info, 'attention.head_count_kv')}, "
+                                f"{_key(info, 'attention.key_length')})")
 
 
 def _check_feed_forward(info: GGUFInfo) -> None:
@@ -135,7 +135,7 @@ def _check_feed_forward(info: GGUFInfo) -> None:
         if (n_ff <= 0 or down.shape != (info.n_embd, n_ff)
                 or (gate is not None and gate.shape != (n_ff, info.n_embd))):
             raise _Mismatch(f"metadata {key} = {n_ff} disagrees with {down.name} {list(down.shape)} "
-                           f"(layer {layer})")
+                            f"(layer {layer})")
 
 
 # Architectures whose rotary dimension is the head's whole length: llama.cpp refuses any other
@@ -172,7 +172,7 @@ def _check_layout(info: GGUFInfo) -> None:
         names.add(t.name)
         if t.offset % alignment or t.offset < end:
             raise _Mismatch(f"tensor {t.name!r}: data at offset {t.offset} is not aligned to "
-                           f"{alignment} or overlaps the tensor before it (which ends at {end})")
+                            f"{alignment} or overlaps the tensor before it (which ends at {end})")
         end = t.offset + t.n_bytes
 
 
@@ -194,7 +194,7 @@ def _check_vocabulary(info: GGUFInfo) -> None:
         for i, text in enumerate(texts):
             if text in first:
                 raise _Mismatch(f"metadata tokenizer.ggml.tokens has {text[:40]!r} twice "
-                               f"(tokens {first[text]} and {i})")
+                                f"(tokens {first[text]} and {i})")
             first[text] = i
 
 
@@ -213,4 +213,4 @@ def _check_floats(info: GGUFInfo) -> None:
         number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
         if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
             raise _Mismatch(f"metadata {key} must be a finite number {'above' if positive else 'of at least'} 0, "
-                           f"not {kind_of(value)}")
+                            f"not {kind_of(value)}")

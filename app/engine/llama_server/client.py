@@ -11,8 +11,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from app.engine.errors import ServerError, SpeculaError  # noqa: F401 - ServerError is read from here too
-from app.engine.remote.http import HttpStatusError, RemoteHttp, error_message, quoted
+from app.engine.errors import ServerError, SpeculaError, quoted  # noqa: F401 - ServerError is read from here too
+from app.engine.remote.http import HttpStatusError, RemoteHttp, error_message
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import ssl
 import urllib.parse
 from typing import Any, Callable, Iterator
 
-from app.engine.errors import ServerError
+from app.engine.errors import ServerError, quoted
 from app.engine.remote.streams import cut_when_cancelled
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model list, /props or /metrics
@@ -223,19 +223,6 @@ def loads_remote(raw: bytes, where: str, what: str = "the answer",
         raise ServerError(f"{where}: {what} is not JSON we read: nested too deeply ({quote(raw[:40])})") from None
     except (UnicodeDecodeError, ValueError):
         raise ServerError(f"{where}: {what} is not JSON: {quote(raw)}") from None
-
-
-def quoted(raw: bytes | str, limit: int = 160) -> str:
-    """Up to `limit` characters of a remote's text for a message: every character that is not
-    printable (controls, terminal escapes, line breaks) escaped, the rest cut with '...'."""
-    if isinstance(raw, bytes):  # decode no more than the limit needs: answers run to megabytes
-        text = raw[:limit * 4].decode("utf-8", "replace")
-        more = len(raw) > limit * 4
-    else:
-        text, more = raw[:limit + 1], len(raw) > limit
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
-    more = more or len(text) > limit or len(shown) > limit
-    return shown[:limit] + ("..." if more else "")
 
 
 def error_message(error: Any) -> str:

@@ -25,8 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from app.engine.errors import ServerError
-from app.engine.remote.http import quoted
+from app.engine.errors import ServerError, quoted
 
 # (prefix, drafts, drafted tokens, accepted tokens, accepted per position) of each exporter
 _FAMILIES = (

@@ -8,8 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from app.engine.errors import ServerError
-from app.engine.remote.http import HttpStatusError, RemoteHttp, error_message, quoted
+from app.engine.errors import ServerError, quoted
+from app.engine.remote.http import HttpStatusError, RemoteHttp, error_message
 from app.engine.remote.metrics import SpecCounters, parse_spec_counters
 
 log = logging.getLogger(__name__)

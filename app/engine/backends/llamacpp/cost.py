@@ -44,8 +44,9 @@ class StepCurve:
 
     def __init__(self, points: dict[int, float]) -> None:
         self.points: dict[int, float] = {}
+        highest = 0.0
         for n, seconds in sorted(points.items()):
-            self.points[n] = max(seconds, *self.points.values()) if self.points else seconds
+            highest = self.points[n] = max(highest, seconds)
 
     def cost(self, n: int) -> float:
         xs = list(self.points)

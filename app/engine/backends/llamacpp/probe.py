@@ -25,6 +25,7 @@ from typing import Any
 
 from app.common.atomic import read_json_object, write_json_object
 from app.engine.backends.llamacpp import lib as llamacpp_lib
+from app.engine.errors import quoted
 from app.common.installed import package_dir
 
 log = logging.getLogger(__name__)
@@ -169,14 +170,9 @@ def judge(returncode: int, stderr: str) -> tuple[bool, str, str]:
         if name in _CRASH_SIGNALS:
             return False, f"llama.cpp crashed in its self-test ({name})", CRASH
         return False, f"llama.cpp's self-test stopped ({name}), perhaps for lack of memory", PASSING
-    return False, _shown(lines[-1]) if lines else f"the llama.cpp self-test failed (exit {returncode})", PASSING
-
-
-def _shown(line: str, limit: int = 300) -> str:
-    """The child's last line as it may reach a terminal and the verdict file: llama.cpp logs a
-    model's own strings (its name, its template), so controls and escapes are written out."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
-    return shown[:limit] + ("..." if len(shown) > limit else "")
+    # llama.cpp logs a model's own strings (its name, its template): escaped, for the line reaches
+    # a terminal and the verdict file.
+    return False, quoted(lines[-1], 300) if lines else f"the llama.cpp self-test failed (exit {returncode})", PASSING
 
 
 # --- the child half: the self-test itself --------------------------------------------------
