@@ -225,8 +225,8 @@ def test_the_welcome_card_offers_the_pair_and_loads_the_1_5b_with_the_0_5b_draft
     qtbot.waitUntil(lambda: window.loaded_facts is not None and not window.panel.empty_state_shown(),
                     timeout=WAIT_MS)
     facts = window.loaded_facts
-    assert facts["main_path"] == str(pair_files[0]) and facts["draft_path"] == str(pair_files[1])
-    assert facts["drafter"] == MODEL and facts["main_name"] == "Qwen2.5-Coder 1.5B Instruct (Q4_K_M)"
+    assert facts.main_path == str(pair_files[0]) and facts.draft_path == str(pair_files[1])
+    assert facts.drafter == MODEL and facts.main_name == "Qwen2.5-Coder 1.5B Instruct (Q4_K_M)"
     assert window.picker.loaded_spec().draft_path == str(pair_files[1])
     assert page.pair_button.text() == "Load a real main + draft pair (1.6 GB)"
     shot(window, "57-1-the-pair-loaded")
@@ -287,8 +287,8 @@ def test_the_offer_shows_the_join_runs_off_the_gui_thread_cancels_and_loads(qtbo
     release.set()
     qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=WAIT_MS)
     facts = window.loaded_facts
-    assert facts["main_path"] == str(tiny_paths["llama-f32"]) and facts["draft_path"] == str(tiny_paths["qwen2-f32"])
-    assert facts["drafter"] == MODEL and window.models_tabs.currentIndex() == 0
+    assert facts.main_path == str(tiny_paths["llama-f32"]) and facts.draft_path == str(tiny_paths["qwen2-f32"])
+    assert facts.drafter == MODEL and window.models_tabs.currentIndex() == 0
 
 
 def test_without_the_packages_the_offer_downloads_from_the_hub_and_says_why_it_cannot(qtbot, data_dir, monkeypatch):

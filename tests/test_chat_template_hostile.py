@@ -84,10 +84,11 @@ def test_run_chat_with_a_hostile_template_is_one_line(specula, hostile_files, na
 def test_the_server_answers_400_for_a_hostile_template(hostile_files, name):
     from app.engine.loader import load_model
     from app.server.errors import ApiError
+    from app.engine.local_session import LocalSession
     from app.server.model import ServedModel
     from app.server.params import parse_chat
 
-    served = ServedModel.create(load_model(hostile_files[name], device="cpu", dtype="float32"))
+    served = ServedModel.create(LocalSession.around(load_model(hostile_files[name], device="cpu", dtype="float32")))
     with pytest.raises(ApiError) as caught:
         served.prompt_ids(parse_chat({"messages": [{"role": "user", "content": "hi"}]}))
     assert caught.value.status == 400 and "chat template" in caught.value.message

@@ -133,7 +133,7 @@ def test_demo_button_loads_the_built_in_model_with_the_default_drafter(qtbot, da
     save_shot(window, "empty-loading")
     qtbot.waitUntil(lambda: window.loaded_facts is not None and not window.panel.empty_state_shown(), timeout=WAIT_MS)
     facts = window.loaded_facts
-    assert facts["main_path"] == str(builtin_path("smollm2-135m")) and facts["drafter"] == DEFAULT_DRAFTER
+    assert facts.main_path == str(builtin_path("smollm2-135m")) and facts.drafter == DEFAULT_DRAFTER
     assert window.panel.view.isVisible()
     assert window.picker.loaded_spec().drafter == DEFAULT_DRAFTER
     save_shot(window, "empty-after-demo-loaded")

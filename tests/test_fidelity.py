@@ -64,13 +64,13 @@ def test_every_drafter_keeps_plain_decodings_reply_or_parts_only_at_a_near_tie(d
 def test_the_backends_settings_do_not_depend_on_the_drafter(demo_path):
     """The loader takes no drafter at all, and the window's load of a pair runs the main model
     the same with and without drafting."""
-    from app.worker.engine_calls import load_pair
+    from app.worker.engine_calls import open_pair
     from app.worker.requests import LOOKUP, NONE, PairChoice
 
     assert "drafter" not in inspect.signature(load_model).parameters
     path = str(demo_path("gemma3-270m"))
-    plain = load_pair(PairChoice(path, NONE), lambda *_: None, lambda: False).main
-    drafted = load_pair(PairChoice(path, LOOKUP), lambda *_: None, lambda: False).main
+    plain = open_pair(PairChoice(path, NONE), lambda *_: None, lambda: False).pair.main
+    drafted = open_pair(PairChoice(path, LOOKUP), lambda *_: None, lambda: False).pair.main
     assert plain.backend.name == drafted.backend.name and plain.plan == drafted.plan
 
 

@@ -22,7 +22,7 @@ def test_whole_path_pair_to_marked_streamed_reply_and_charts(qtbot, data_dir, ti
     window = open_window(qtbot)
     add_models(qtbot, window, [main, draft, tiny_paths["qwen2-f32"]])
     facts = load_pair(qtbot, window, main, MODEL, draft)
-    assert facts["draft_path"] == str(draft)
+    assert facts.draft_path == str(draft)
     assert window.picker.state_label.text().startswith("Loaded ")
     assert "CPU" in window.pair_label.text()
     shot(window, "01-loaded")
@@ -62,7 +62,7 @@ def test_prompt_lookup_reply_and_system_prompt(qtbot, data_dir, tiny_paths):
     window = open_window(qtbot)
     add_models(qtbot, window, [tiny_paths["llama-f32"]])
     facts = load_pair(qtbot, window, tiny_paths["llama-f32"], LOOKUP)
-    assert facts["drafter"] == LOOKUP
+    assert facts.drafter == LOOKUP
     window.panel.system_prompt.setPlainText("You are a fox.")
     summary = send(qtbot, window, "def add(a, b):\n    return a + b\n\nRewrite add with clearer names.")
     assert summary["drafter"] == "lookup"

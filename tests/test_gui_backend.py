@@ -16,7 +16,7 @@ def test_the_backend_is_chosen_shown_with_its_reason_and_remembered(qtbot, data_
     add_models(qtbot, window, [tiny_paths["llama-q8"]])
     assert picker.backend() == "auto"
     facts = load_pair(qtbot, window, tiny_paths["llama-q8"], LOOKUP)
-    assert facts["backend"] == "llama.cpp"
+    assert facts.backend == "llama.cpp"
     line = picker.plan_label.text()
     assert line.startswith("Runs on llama.cpp on CPU · Q8_0 · ") and "tok/s without drafting" in line
     assert "llama.cpp" in window.pair_label.text()
@@ -25,7 +25,7 @@ def test_the_backend_is_chosen_shown_with_its_reason_and_remembered(qtbot, data_
     picker.set_backend("torch")
     assert picker.spec().backend == "torch"
     facts = load_pair(qtbot, window, tiny_paths["llama-q8"], LOOKUP)
-    assert facts["backend"] == "torch"
+    assert facts.backend == "torch"
     assert picker.plan_label.text().startswith("Runs on torch (as asked) · CPU")
     shot(window, "backend-torch")
     assert json.loads(window.settings.value("pair/last"))["backend"] == "torch"

@@ -35,24 +35,24 @@ def test_changing_only_the_drafter_keeps_the_main_model_loaded(qtbot, data_dir, 
     started = time.monotonic()
     load_pair(qtbot, window, main, LOOKUP)
     load_wall = time.monotonic() - started
-    first = window.host.current_pair()
+    first = window.host.current_session()
     assert any(s.startswith("main model") for s in stages)
 
     for kind, path in ((NGRAM_CACHE, None), (MODEL, draft), (NONE, None), (LOOKUP, None)):
         assert picker.select_draft(kind, str(path) if path else None)
         assert picker.load_button.text() == "Apply"
         wall = _apply(qtbot, window, stages)
-        pair = window.host.current_pair()
-        assert pair.spec.drafter == kind and window.loaded_facts["drafter"] == kind
-        assert pair.main is first.main and pair.kv is first.kv, f"{kind}: the main model was reloaded"
+        session = window.host.current_session()
+        assert window.loaded_facts.drafter == kind
+        assert session.pair.main is first.pair.main and session.kv is first.kv, f"{kind}: the main model was reloaded"
         assert not [s for s in stages if s.startswith("main model")], stages
         message = window.statusBar().currentMessage()
-        assert window.loaded_facts["main_kept"] and "stayed loaded" in message
+        assert window.loaded_facts.main_kept and "stayed loaded" in message
         assert message.startswith("drafting off (") if kind == NONE else "now drafting with" in message, message
         if kind == MODEL:
-            assert pair.draft is not None and any(s.startswith("draft model") for s in stages)
+            assert session.pair.draft is not None and any(s.startswith("draft model") for s in stages)
         else:
-            assert pair.draft is None and wall < max(load_wall / 3, 0.5), (kind, wall, load_wall)
+            assert session.pair.draft is None and wall < max(load_wall / 3, 0.5), (kind, wall, load_wall)
         shot(window, f"drafter-swap-{kind}")
     summary = send(qtbot, window, "Hello there", GREEDY)  # the kept main model still answers
     assert summary["n_predicted"] > 0
@@ -61,6 +61,6 @@ def test_changing_only_the_drafter_keeps_the_main_model_loaded(qtbot, data_dir, 
     picker.set_backend("torch")
     assert picker.load_button.text() == "Load"
     _apply(qtbot, window, stages)
-    assert window.host.current_pair().main is not first.main
+    assert window.host.current_session().pair.main is not first.pair.main
     assert any(s.startswith("main model") for s in stages)
     window.close()

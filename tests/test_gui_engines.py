@@ -155,7 +155,7 @@ def test_a_model_split_across_two_rpc_workers_and_a_worker_killed_mid_reply(qtbo
             proc.wait()
     choose(window, HERE)  # the window still works: back to this computer, and chat
     press_load(qtbot, window)
-    assert window.loaded_facts is not None and window.loaded_facts.get("engine_line") is None
+    assert window.loaded_facts is not None and not window.loaded_facts.engine_line
     window.controller.new_chat()
     assert send(qtbot, window, "Once upon a time", greedy)["text"] == local["text"]
 

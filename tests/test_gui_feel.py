@@ -203,7 +203,7 @@ def test_the_ngram_cache_learns_from_chats_drafted_otherwise(qtbot, data_dir, ti
     qtbot.waitUntil(lambda: any((data_dir / "ngram-cache").glob("*.ngc")), timeout=60_000)  # saved after a reply
 
     facts = load_pair(qtbot, window, main, NGRAM_CACHE)
-    assert facts["ngram_entries"] > 0, "the chats drafted by prompt lookup and by nothing taught it nothing"
+    assert facts.ngram_entries > 0, "the chats drafted by prompt lookup and by nothing taught it nothing"
     assert "word sequences learned" in window.picker.state_label.text()
     shot(window.picker, "09-ngram-cache-warm")
     window.controller.new_chat()

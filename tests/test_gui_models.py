@@ -241,7 +241,7 @@ def test_the_backend_choice_reaches_the_estimate_and_a_load_replaces_it(qtbot, d
     shot(window, "estimate-torch")
     qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=120_000)
-    weights = window.loaded_facts["main_weights"]
+    weights = window.loaded_facts.main_weights
     assert weights["dtype"] == "float32" and weights["bytes"] == info.memory_bytes("float32")
     assert f"{format_bytes(weights['bytes'])} weights (float32, as loaded)" in offload.detail.text()
     shot(window, "estimate-torch-loaded")
@@ -258,7 +258,7 @@ def test_a_draft_with_another_vocabulary_drafts_through_text_in_the_chat(qtbot, 
     window.picker.set_backend("torch")
     add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-b"]])
     facts = load_pair(qtbot, window, tiny_paths["llama-f32"], MODEL, tiny_paths["llama-b"])
-    assert facts["draft_text_level"] and "(text-level)" in window.pair_label.text()
+    assert facts.draft_text_level and "(text-level)" in window.pair_label.text()
     summary = send(qtbot, window, "The quick brown fox", GREEDY_FIXED)
     assert summary["n_drafted"] > 0
     shot(window, "text-level-chat")

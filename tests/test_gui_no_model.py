@@ -34,6 +34,6 @@ def test_a_restart_offers_the_last_pair_and_disables_what_cannot_work(qtbot, dat
 
     qtbot.mouseClick(panel.load_last_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: again.loaded_facts is not None, timeout=WAIT_MS)
-    assert again.loaded_facts["main_path"] == str(main)
+    assert again.loaded_facts.main_path == str(main)
     qtbot.waitUntil(lambda: panel.no_model_bar.isHidden(), timeout=WAIT_MS)
     assert panel.send_button.isEnabled() and panel.regenerate_button.isEnabled()

@@ -101,7 +101,7 @@ def test_controls_that_need_a_reload_say_so_beside_them(qtbot, data_dir, tiny_pa
     assert not picker.main_offload.note.isVisibleTo(window)
 
     press(qtbot, window)
-    assert window.loaded_facts["backend"] == "torch" and not picker.pending_change()
+    assert window.loaded_facts.backend == "torch" and not picker.pending_change()
     assert not picker.backend_note.isVisibleTo(window)
     picker.set_backend("auto")
     assert picker.backend_note.text() == "Needs Load: the model runs on backend “torch” until then."

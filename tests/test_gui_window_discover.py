@@ -25,7 +25,7 @@ def test_download_in_discover_lands_in_the_library_and_loads(qtbot, hub, tmp_pat
     qtbot.waitUntil(lambda: not window.library.is_scanning()
                     and any(e.path == path and e.usable for e in window.library.entries()), timeout=WAIT_MS)
     facts = load_pair(qtbot, window, path)  # the downloaded file is a main model like any other
-    assert facts["main_path"] == path
+    assert facts.main_path == path
 
     # With that main model chosen, Discover checks another file as its draft.
     assert panel._main is not None and panel._main.vocab_size == 559

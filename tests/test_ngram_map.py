@@ -9,7 +9,7 @@ import json
 import pytest
 
 from app.cli import build_parser, main
-from app.cli.run_server import SERVER_ONLY, engine_of, server_engine
+from app.cli.request import SERVER_ONLY, engine_of, server_engine
 from app.cli.spec_args import spec_choice
 from app.engine.drafting.kinds import MapParams
 from app.engine.drafting.ngram_map import NgramMapDrafter

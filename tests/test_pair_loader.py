@@ -75,7 +75,7 @@ def test_a_model_drafter_builds_no_throwaway_context_of_the_main_model(tiny_load
 
 def test_the_run_flags_are_parsed_once_into_a_pair_spec(tiny_paths):
     from app.cli import build_parser
-    from app.cli.run import pair_spec
+    from app.cli.request import pair_spec
 
     main, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-b"])
     args = build_parser().parse_args(["run", "-m", main, "-md", draft, "--spec-type", "ngram-simple,draft-simple",

@@ -18,6 +18,7 @@ from app.engine.drafting.drafters import PromptLookupDrafter
 from app.engine.settings import GenSettings
 from app.server.app import ServerConfig, create_app
 from app.server.launch import BackgroundServer, bind_socket
+from app.engine.local_session import LocalSession
 from app.server.model import ServedModel
 from app.server.params import GenerationRequest
 
@@ -29,7 +30,7 @@ DEFAULTS = GenSettings()  # the command line's: temperature 0.8, top-k 40, top-p
 
 @pytest.fixture(scope="module")
 def server(tiny_loaded):
-    served = ServedModel.create(tiny_loaded(MODEL), PromptLookupDrafter(), DEFAULTS)
+    served = ServedModel.create(LocalSession.around(tiny_loaded(MODEL), PromptLookupDrafter()), DEFAULTS)
     app = create_app(served, ServerConfig(max_waiting=4))
     with BackgroundServer(app, bind_socket("127.0.0.1", 0)) as running:
         yield running
@@ -360,11 +361,11 @@ def wait_for(server, condition, timeout_s: float = 20.0) -> dict[str, float]:
 
 
 def test_chat_without_template_uses_fallback_frame_and_stop(tiny_loaded):
-    served = ServedModel.create(tiny_loaded("llama-notemplate"), None, DEFAULTS)
+    served = ServedModel.create(LocalSession.around(tiny_loaded("llama-notemplate")), DEFAULTS)
     request = GenerationRequest(model=None, max_tokens=None, stream=False, include_usage=False, stop=("END",),
                                 messages=({"role": "user", "content": "hello"},))
     ids, stops = served.prompt_ids(request)
-    assert served.tokenizer.decode(ids) == "User: hello\nAssistant:"
+    assert served.session.tokenizer.decode(list(ids.ids)) == "User: hello\nAssistant:"
     settings = served.decode_settings(request, len(ids), stops)
     assert settings.stop_strings == ("END", "\nUser:")
     assert settings.max_new_tokens == served.n_ctx - len(ids)  # no max_tokens: up to the context
@@ -382,7 +383,7 @@ def test_models_list_names_the_model_as_the_library_does(tiny_paths, tmp_path):
     snapshot = tmp_path / "models--someone--Tiny-Llama-GGUF" / "snapshots" / "0123abcd"
     snapshot.mkdir(parents=True)
     cached = shutil.copy(tiny_paths["llama-q8"], snapshot / "tiny-llama.Q8_0.gguf")
-    served = ServedModel.create(load_model(cached, device="cpu", dtype="float32"), None, DEFAULTS)
+    served = ServedModel.create(LocalSession.around(load_model(cached, device="cpu", dtype="float32")), DEFAULTS)
     with BackgroundServer(create_app(served, ServerConfig()), bind_socket("127.0.0.1", 0)) as running:
         client = openai.OpenAI(base_url=running.url + "/v1", api_key="not-needed", max_retries=0, timeout=60)
         [model] = client.models.list().data

@@ -18,6 +18,7 @@ from app.engine.drafting.drafters import PromptLookupDrafter
 from app.engine.settings import GenSettings
 from app.server.app import ServerConfig, create_app
 from app.server.launch import BackgroundServer, bind_socket
+from app.engine.local_session import LocalSession
 from app.server.model import ServedModel
 
 N_CTX = 4096
@@ -26,8 +27,8 @@ HELLO = [{"role": "user", "content": "hello"}]
 
 @pytest.fixture(scope="module")
 def server(tiny_loaded):
-    served = ServedModel.create(tiny_loaded("llama-f32"), PromptLookupDrafter(),
-                                GenSettings(temperature=0.0), n_ctx=N_CTX)
+    served = ServedModel.create(LocalSession.around(tiny_loaded("llama-f32"), PromptLookupDrafter(), n_ctx=N_CTX),
+                                GenSettings(temperature=0.0))
     app = create_app(served, ServerConfig(max_waiting=1))
     with BackgroundServer(app, bind_socket("127.0.0.1", 0)) as running:
         yield running

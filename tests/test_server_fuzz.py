@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from app.server.errors import ApiError
+from app.engine.local_session import LocalSession
 from app.server.model import ServedModel
 from app.server.params import parse_chat, parse_completion, parse_json
 from app.engine.loop.sampling import logits_to_probs
@@ -74,7 +75,7 @@ def request(rng: random.Random) -> tuple[str, dict]:
 
 
 def test_parser_and_prompt_steps_never_fail_unexpectedly(tiny_loaded):
-    served = ServedModel.create(tiny_loaded(MODEL), None, DEFAULTS)
+    served = ServedModel.create(LocalSession.around(tiny_loaded(MODEL)), DEFAULTS)
     rng = random.Random(SEED)
     rng_logits = np.random.default_rng(SEED)
     deadline = time.monotonic() + IN_PROCESS_S
@@ -92,7 +93,7 @@ def test_parser_and_prompt_steps_never_fail_unexpectedly(tiny_loaded):
             continue
         n_accepted += 1
         # Whatever sampling values got through must give a distribution the engine can sample.
-        probs = logits_to_probs(rng_logits.standard_normal((2, served.kv.vocab_size)).astype(np.float32) * 5,
+        probs = logits_to_probs(rng_logits.standard_normal((2, served.session.kv.vocab_size)).astype(np.float32) * 5,
                                 settings.sampling)
         assert not np.isnan(probs).any() and np.allclose(probs.sum(-1), np.ones(2)), (body, settings.sampling)
     assert n_cases > 200 and 0 < n_accepted < n_cases, (n_cases, n_accepted)

@@ -17,7 +17,9 @@ from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings
 from app.server.app import ServerConfig, create_app
 from app.server.launch import BackgroundServer, bind_socket
-from app.server.model import ServedModel, cache_in_step
+from app.engine.local_session import LocalSession, cache_in_step
+from app.engine.session import Prompt
+from app.server.model import ServedModel
 from tests.test_server import DEFAULTS, MODEL, assert_error, metrics, raw, wait_for
 
 ALLOWED = "https://allowed.example"
@@ -30,7 +32,7 @@ MAX_CONNECTIONS = 8
 @pytest.fixture(scope="module")
 def server(tiny_loaded):
     # A long context so that one generation can keep the server busy for seconds; no waiting room.
-    served = ServedModel.create(tiny_loaded(MODEL), PromptLookupDrafter(), DEFAULTS, n_ctx=4096)
+    served = ServedModel.create(LocalSession.around(tiny_loaded(MODEL), PromptLookupDrafter(), n_ctx=4096), DEFAULTS)
     config = ServerConfig(max_waiting=0, body_timeout_s=LIMIT_S, cors_origins=(ALLOWED,))
     with BackgroundServer(create_app(served, config), bind_socket("127.0.0.1", 0),
                           header_timeout_s=LIMIT_S, max_connections=MAX_CONNECTIONS) as running:
@@ -248,16 +250,16 @@ class FailingDrafter(Drafter):
 
 
 def test_a_failed_generation_keeps_the_kv_cache(tiny_loaded):
-    served = ServedModel.create(tiny_loaded(MODEL), None, DEFAULTS)
+    served = ServedModel.create(LocalSession.around(tiny_loaded(MODEL)), DEFAULTS)
     settings = DecodeSettings(max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
     prompt = tiny_loaded(MODEL).tokenizer.encode("def add(a, b):\n    return a + b\n")
-    list(served.generate(prompt, settings, lambda: False))
-    served.new_drafter = FailingDrafter  # fails after the prompt's forward, between steps
+    list(served.generate(Prompt.of_ids(prompt), settings, lambda: False))
+    served.session.new_drafter = FailingDrafter  # fails after the prompt's forward, between steps
     with pytest.raises(RuntimeError):
-        list(served.generate(prompt + prompt[:3], settings, lambda: False))
-    assert cache_in_step(served.kv) and served.kv.ids[: len(prompt)] == prompt
-    served.new_drafter = lambda: PromptLookupDrafter()
-    summary = list(served.generate(prompt, settings, lambda: False))[-1].summary
+        list(served.generate(Prompt.of_ids(prompt + prompt[:3]), settings, lambda: False))
+    assert cache_in_step(served.session.kv) and served.session.kv.ids[: len(prompt)] == prompt
+    served.session.new_drafter = lambda: PromptLookupDrafter()
+    summary = list(served.generate(Prompt.of_ids(prompt), settings, lambda: False))[-1].summary
     assert summary.n_prompt_evaluated == 1  # the cache survived: only the last token re-evaluated
 
 
@@ -267,7 +269,7 @@ def test_a_failed_generation_keeps_the_kv_cache(tiny_loaded):
 
 @pytest.fixture(scope="module")
 def keyed(tiny_loaded):
-    served = ServedModel.create(tiny_loaded(MODEL), None, DEFAULTS)
+    served = ServedModel.create(LocalSession.around(tiny_loaded(MODEL)), DEFAULTS)
     app = create_app(served, ServerConfig(api_key=" clé-ключ-🔑\n"))  # as pasted into the window
     with BackgroundServer(app, bind_socket("127.0.0.1", 0)) as running:
         yield running

@@ -59,7 +59,7 @@ def test_every_place_keeps_the_defaults_a_user_sees():
     """`specula run`'s flags and the window share the defaults (temperature 0.8, 256 tokens); a
     comparison is greedy with seed 0 and 64 tokens, from the command line and the window alike."""
     from app.cli.compare import build_request
-    from app.cli.run import settings_from_args
+    from app.cli.request import settings_from_args
     from app.compare.results import COMPARE_DEFAULTS, RunSettings
 
     run_args = build_parser().parse_args(["run", "-m", "x.gguf", "-p", "hi"])

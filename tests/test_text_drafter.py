@@ -169,11 +169,11 @@ def test_builtin_pair_drafts_through_text_with_greedy_identity(demo_path, main_k
 def test_the_server_makes_a_fresh_text_drafter_per_request(tiny_loaded):
     """serve -md with another vocabulary: each request gets its own text state over the shared
     draft cache, and every one of them keeps plain decoding's output."""
-    from app.server.model import drafter_factory
+    from app.engine.local_session import LocalSession
 
     main, draft = tiny_loaded("llama-f32"), tiny_loaded("llama-b")
     prototype = make_drafter(main, draft=draft)
-    new_drafter = drafter_factory(prototype)
+    new_drafter = LocalSession.around(main, prototype).new_drafter
     first, second = new_drafter(), new_drafter()
     assert isinstance(first, TextDrafter) and first is not second and first.main_text is not second.main_text
     assert first.draft is prototype.draft and first.name == prototype.name

@@ -40,7 +40,7 @@ def wait_for(qtbot, signal, start, timeout=WAIT_MS) -> tuple:
     return got[0]
 
 
-def load(qtbot, host, spec: PairChoice) -> dict:
+def load(qtbot, host, spec: PairChoice):
     """Load a pair; a loadFailed fails the test with its message."""
     outcome: list = []
     host.loaded.connect(outcome.append)
@@ -51,7 +51,7 @@ def load(qtbot, host, spec: PairChoice) -> dict:
     finally:
         host.loaded.disconnect(outcome.append)
         host.loadFailed.disconnect(outcome.append)
-    assert isinstance(outcome[0], dict), f"load failed: {outcome[0]}"
+    assert not isinstance(outcome[0], str), f"load failed: {outcome[0]}"
     return outcome[0]
 
 
@@ -78,13 +78,13 @@ def test_draft_model_pair_streams_the_main_models_greedy_reply(qtbot, host, tiny
     main, draft = str(tiny_paths["llama-f32"]), str(tiny_paths["llama-q8"])
     # float32: greedy identity is exact there (facts.md: half precision may flip near-ties).
     facts = load(qtbot, host, PairChoice(main, NONE, dtype="float32"))
-    assert facts["main_path"] == main and facts["drafter"] == NONE and facts["load_s"] > 0
+    assert facts.main_path == main and facts.drafter == NONE and facts.load_s > 0
     request = ChatRequest((), "Hello, how are you?", "You are terse.", GREEDY)
     plain, error, _ = generate(qtbot, host, request)
     assert error == "" and plain["drafter"] == "none" and plain["n_drafted"] == 0
 
     facts = load(qtbot, host, PairChoice(main, MODEL, draft, dtype="float32"))
-    assert facts["draft_path"] == draft and facts["main_plan"].endswith("float32")
+    assert facts.draft_path == draft and facts.main_plan.endswith("float32")
     fixed, error, _ = generate(qtbot, host, ChatRequest((), request.user_text, request.system_prompt,
                                                          GenSettings(temperature=0.0, max_tokens=40,
                                                                      draft_max=4, adaptive_draft=False)))
@@ -167,7 +167,7 @@ def test_cancel_pressed_before_the_load_starts_is_not_lost(qtbot, host, tiny_pat
     assert load_failure(qtbot, host, PairChoice(str(tiny_paths["qwen2-f32"]), NONE), cancel=True) == "loading cancelled"
     # The next load is a new job with a fresh flag.
     facts = load(qtbot, host, PairChoice(str(tiny_paths["qwen2-f32"]), NONE))
-    assert facts["main_name"]
+    assert facts.main_name
 
 
 def test_device_probe_reports_no_gpu_with_a_reason(qtbot, host):
@@ -229,9 +229,9 @@ def write_foreign_vocab_model(path):
 def test_the_pair_specs_dtype_means_torch_in_that_dtype(qtbot, host, tiny_paths):
     path = str(tiny_paths["llama-q8"])
     facts = load(qtbot, host, PairChoice(path, LOOKUP, dtype="bfloat16"))
-    assert facts["backend"] == "torch" and facts["main_plan"] == "CPU, bfloat16"
+    assert facts.backend == "torch" and facts.main_plan == "CPU, bfloat16"
     facts = load(qtbot, host, PairChoice(path, LOOKUP, dtype="float32"))
-    assert facts["main_plan"] == "CPU, float32"
+    assert facts.main_plan == "CPU, float32"
 
 
 def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qtbot, tiny_paths, tmp_path):
@@ -241,7 +241,7 @@ def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qt
     first = HostThread()
     try:
         facts = load(qtbot, first.host, spec)
-        assert facts["drafter_name"] == "lookup+ngram-cache" and facts["ngram_entries"] == 0
+        assert facts.drafter_name == "lookup+ngram-cache" and facts.ngram_entries == 0
         plain, error, _ = generate(qtbot, first.host, request)
         assert error == ""
         qtbot.waitUntil(lambda: any(folder.glob("*.ngc")), timeout=WAIT_MS)  # saved after the reply
@@ -252,7 +252,7 @@ def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qt
     second = HostThread()
     try:
         facts = load(qtbot, second.host, spec)
-        assert facts["ngram_entries"] > 0
+        assert facts.ngram_entries > 0
         again, error, _ = generate(qtbot, second.host, request)
         assert error == "" and again["text"] == plain["text"]
         assert again["n_accepted"] > plain["n_accepted"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app.cli.flags import add_model_flags, add_sampling_flags
 from app.cli.spec_args import ENGINE_KIND, UsageError, spec_types
-from app.cli.run_server import check_server_url, read_api_key, rpc_endpoints
+from app.cli.request import check_server_url, read_api_key, rpc_endpoints
 from app.compare.choices import parse_drafts, parse_lengths, resolve_draft, url_choice
 from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
 from app.compare.results import COMPLETE, NGRAM_PARTS, CompareRequest, Progress, RunSettings

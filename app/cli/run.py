@@ -1,4 +1,8 @@
-"""`specula run` (llama-speculative's job) and `specula demo` (the same on a built-in model)."""
+"""`specula run` (llama-speculative's job) and `specula demo` (the same on a built-in model).
+
+`run` opens the reply engine its flags name once (app.engine.session) and never asks which it
+holds: Specula's own loop here, llama-server started here with llama.cpp's --spec-type, or a
+server at --server's URL; each prints the same text, summary and --json fields."""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from app.cli.flags import add_model_flags, add_sampling_flags, backend_kwargs
-from app.cli.run_server import (LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of,
-                                reply_on_server, terminal_json, terminal_text)
-from app.cli.spec_args import spec_choice
+from app.cli.flags import add_model_flags, add_sampling_flags
+from app.cli.request import (add_engine_flag, add_rpc_flag, add_server_flags, engine_spec, local_options, pair_spec,
+                             settings_from_args)
+from app.cli.terminal import terminal_json, terminal_text
 from app.hub.builtin import DEFAULT_DEMO, resolve_model_arg
 from app.hub.display import display_name
 
@@ -20,8 +24,6 @@ from app.hub.display import display_name
 if TYPE_CHECKING:
     from app.engine.events import RunSummary, StepEvent
     from app.engine.loader import LoadedModel
-    from app.engine.pair_loader import LoadedPair, PairSpec
-    from app.engine.settings import GenSettings
 
 DRAFT_COLOUR = "\033[32m"  # accepted draft tokens in green, as llama-speculative shows them
 RESET = "\033[0m"
@@ -51,9 +53,6 @@ def register(sub) -> None:
     demo.set_defaults(func=cmd_demo)
 
 
-MAX_DRAFT = 1024  # far past any useful draft; 2**31 made the schedule allocate until the OOM killer came
-
-
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("-sys", "--system-prompt", default=None, help="system prompt (with --chat)")
@@ -61,49 +60,6 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON object of the results")
     parser.add_argument("--explain", action="store_true", help="say why drafting pays here or not: what a drafted "
                         "token and a verify cost against a main-model token, and the acceptance a draft needs")
-
-
-def settings_from_args(args: argparse.Namespace) -> GenSettings:
-    """The flags' reply length, sampling and drafting in the engine's one settings shape (its
-    decode_settings checks what the engine refuses); a flag out of range is one line, exit 2."""
-    from app.engine.settings import GenSettings
-
-    for name in ("n_predict", "draft_max"):
-        if getattr(args, name, 1) < 1:
-            raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
-    if getattr(args, "draft_max", 1) > MAX_DRAFT:  # the draft-length schedule sizes tables by it
-        raise SystemExit(f"specula: error: --spec-draft-n-max must be at most {MAX_DRAFT}")
-    return GenSettings(
-        max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-        min_p=args.min_p, seed=args.seed, draft_max=args.draft_max, draft_min=args.draft_min,
-        draft_p_min=args.draft_p_min, adaptive_draft=not getattr(args, "draft_fixed", False),
-    )
-
-
-def pair_spec(args: argparse.Namespace) -> PairSpec:
-    """The flags parsed once into the engine's PairSpec; the drafting flags are checked together
-    here (one line, exit 2)."""
-    from app.engine.drafting.factory import MapParams, ModParams
-    from app.engine.pair_loader import PairSpec
-
-    choice = spec_choice(args)
-    return PairSpec(
-        resolve_model_arg(args.model), resolve_model_arg(choice.draft_model) if choice.draft_model else None,
-        ngram=choice.ngram, mod=ModParams(*choice.mod), map_k=MapParams(*choice.map_k),
-        map_k4v=MapParams(*choice.map_k4v), cache_file=choice.cache_file,
-        draft_ctx=getattr(args, "ctx_size_draft", 0) or getattr(args, "ctx_size", 0) or None, device=args.device, dtype=args.dtype,
-        n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=getattr(args, "n_gpu_layers_draft", None),
-        **backend_kwargs(args),
-    )
-
-
-def load_cli_pair(args: argparse.Namespace) -> LoadedPair:
-    """The main model, the -md draft and the drafter the flags ask for (n-gram drafters, -lcd's
-    cache read from its file, a draft model, or both combined); an incompatible draft is
-    IncompatibleDraftError (exit 3) before the main model loads."""
-    from app.engine.pair_loader import load_pair
-
-    return load_pair(pair_spec(args))
 
 
 def load_main(args: argparse.Namespace) -> LoadedModel:
@@ -116,26 +72,18 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
 
 
 def plan_line(model: LoadedModel) -> str:
-    """`plan: llama.cpp on CPU, Q4_K_M, 2 threads (...)` for run's summary and bench's header."""
+    """`plan: llama.cpp on CPU, Q4_K_M, 2 threads (...)` for bench's header."""
     return f"plan: {model.plan.describe()} ({model.plan_reason})"
 
 
-def save_learned(pair: LoadedPair) -> None:
-    """Write what the n-gram cache learned back to -lcd's file."""
-    from app.engine.drafting.ngram_drafters import learned_cache
+def prompt_of(args: argparse.Namespace):
+    """-p or -f's text, in the model's chat template with --chat (-sys its system prompt)."""
+    from app.engine.session import Prompt
 
-    cache, path = learned_cache(pair.drafter), pair.spec.cache_file
-    if cache is not None and path and cache.dirty:
-        cache.save(path)
-
-
-def prompt_ids(args: argparse.Namespace, main: LoadedModel, text: str) -> list[int]:
-    from app.engine.loop.chat import render_prompt
-
+    text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
     if args.chat:
-        messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
-        return render_prompt(main.tokenizer, messages + [{"role": "user", "content": text}])
-    return main.tokenizer.encode(text)
+        return Prompt.chat([{"role": "user", "content": text}], args.system_prompt)
+    return Prompt(text=text)
 
 
 def stream(events, color: bool, out=None, remote: bool = False) -> RunSummary:
@@ -194,30 +142,28 @@ def json_result(summary: RunSummary) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from app.engine.loop.speculative import generate
-
-    if engine_of(args) == LLAMA_SERVER:
-        settings = settings_from_args(args).decode_settings()
-        remote = bool(getattr(args, "server", None))  # a server someone else runs: its text is not ours
-        summary, plan = reply_on_server(args, settings, lambda events: stream(events, args.color, remote=remote))
-        print_summary(summary, settings.draft_max)
-        print(plan, file=sys.stderr)
-        if args.json:
-            print(json_result(summary))
-        return 0
+    """The reply on the engine the flags name (this process, llama-server started here, or the
+    server at --server: an incompatible draft is exit 3 before anything loads), printed as it
+    streams, then llama.cpp's summary, the plan and with --json one object."""
+    from app.engine.reply_engine import open_session
+    from app.engine.session import AT_URL, HERE
 
     settings = settings_from_args(args).decode_settings()
-    text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
-    pair = load_cli_pair(args)
-    main = pair.main
-    ids = prompt_ids(args, main, text)
-    kv = main.kv_model(args.ctx_size or None)
-    summary = stream(generate(kv, main.tokenizer, ids, pair.drafter, settings), args.color)
-    save_learned(pair)
+    prompt = prompt_of(args)
+    session = open_session(engine_spec(args), options=local_options(args))
+    try:
+        where = session.describe().where
+        remote = where == AT_URL  # a server someone else runs: its text is not ours
+        summary = stream(session.reply(prompt, settings), args.color, remote=remote)
+        session.save_learned()  # -lcd's file learns what this reply taught the n-gram cache
+        plan = session.plan_line()
+    finally:
+        session.close()  # stops a llama-server started here
     print_summary(summary, settings.draft_max)
     if args.explain:
-        print(f"why: {summary.break_even or 'plain decoding prices no drafts'}", file=sys.stderr)
-    print(plan_line(main), file=sys.stderr)
+        unpriced = "plain decoding prices no drafts" if where == HERE else "the server prices its own drafts"
+        print(f"why: {summary.break_even or unpriced}", file=sys.stderr)
+    print(f"plan: {terminal_text(plan)}", file=sys.stderr)
     if args.json:
         print(json_result(summary))
     return 0

@@ -6,7 +6,7 @@
     specula serve --server URL [--server-api-key-file F] -m NAME
 
 On llama-server (started here) or a server at a URL the same routes and policy answer; the
-replies come from that engine (app.server.served_server).
+replies come from that engine (app.engine.session: the server never asks which it holds).
 
 The sampling flags (--temp 0.8, --top-k 40, ...) are the defaults of requests that do not set
 them, as in llama-server. The server (Starlette, uvicorn, torch) is imported only by the command.
@@ -18,10 +18,9 @@ import argparse
 import sys
 
 from app.cli.flags import add_model_flags, add_sampling_flags
-from app.cli.run import load_cli_pair, save_learned, settings_from_args
-from app.cli.run_server import (LLAMA_SERVER, UsageError, add_engine_flag, add_rpc_flag, add_server_flags, engine_of,
-                                read_api_key)
-from app.cli.spec_args import spec_choice
+from app.cli.request import (LLAMA_SERVER, add_engine_flag, add_rpc_flag, add_server_flags, engine_of, engine_spec,
+                             local_options, read_api_key, settings_from_args)
+from app.cli.spec_args import UsageError, spec_choice
 from app.hub.builtin import BUILTIN_MODELS
 
 
@@ -90,37 +89,20 @@ def default_settings(args: argparse.Namespace):
     return settings
 
 
-def load_served(args: argparse.Namespace, defaults):
-    """(the served model, its loaded pair: its drafter is the prototype whose n-gram cache -lcd
-    saves)."""
+def open_served(args: argparse.Namespace, defaults):
+    """(the served model, its session): the engine the flags name, opened now, before the ready
+    line (loaded here, llama-server started, or the server at --server connected)."""
+    from app.engine.reply_engine import open_session
     from app.server.model import ServedModel
 
-    pair = load_cli_pair(args)
-    main, drafter = pair.main, pair.drafter
+    spec = engine_spec(args)
+    at_url = bool(getattr(args, "server", None))  # -m then only names the model the server serves
     builtin = args.model if args.model in {m.key for m in BUILTIN_MODELS} else None
-    served = ServedModel.create(
-        main, drafter, defaults, n_ctx=args.ctx_size or None,
-        model_id=args.alias or builtin, names=[builtin] if builtin else [],
-        default_max_tokens=args.n_predict if args.n_predict > 0 else None,
-    )
-    return served, pair
-
-
-def served_on_server(args: argparse.Namespace, defaults):
-    """(the served model, its ServerSession: llama-server started here, or the server at --server)."""
-    from app.cli.run_server import server_engine
-    from app.engine.llama_server.session import ServerSession
-    from app.hub.builtin import resolve_model_arg
-    from app.server.served_server import ServedServer
-
-    engine = server_engine(args)
-    model = None if engine.url else resolve_model_arg(args.model)
-    session = ServerSession(engine, model)
+    session = open_session(spec, options=local_options(args))
     try:
-        session.__enter__()  # started (or connected) now, before the ready line
-        served = ServedServer.create(session, defaults, engine.drafter_label, model=model,
-                                     model_id=args.alias or (None if model else args.model),
-                                     default_max_tokens=args.n_predict if args.n_predict > 0 else None)
+        served = ServedModel.create(session, defaults, model_id=args.alias or builtin or (args.model if at_url else None),
+                                    names=[builtin] if builtin else [],
+                                    default_max_tokens=args.n_predict if args.n_predict > 0 else None)
     except BaseException:
         session.close()
         raise
@@ -140,12 +122,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     origins = cors_origins_from_args(args, api_key)
     check_bind_allowed(args.host, api_key)
     sock = bind_socket(args.host, args.port)  # before the load: a busy port fails in a second
-    pair = session = None
+    session = None
     try:
-        if on_server:
-            served, session = served_on_server(args, defaults)
-        else:
-            served, pair = load_served(args, defaults)
+        served, session = open_served(args, defaults)
         app = create_app(served, ServerConfig(api_key=api_key, max_waiting=args.queue, cors_origins=origins))
 
         def ready(url: str) -> None:
@@ -162,8 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         sock.close()
         if session is not None:
+            session.save_learned()  # what the requests taught the n-gram cache (-lcd)
             session.close()  # stops the llama-server started here
-        if pair is not None:
-            save_learned(pair)  # what the requests taught the n-gram cache (-lcd)
     print("specula: server stopped", file=sys.stderr)
     return 0

@@ -201,7 +201,7 @@ class Runner:
 
     def _server_reply(self, main: LoadedModel, session, config: ConfigSpec, ids: list[int], n_predict: int):
         settings = self._settings(main, config)
-        return session.reply(ids, n_predict, settings.sampling, settings.stop_strings, self.cancelled,
+        return session.reply_ids(ids, n_predict, settings.sampling, settings.stop_strings, self.cancelled,
                              extra_fields(self.request.settings.ignore_eos))
 
     def _load_draft(self, main: LoadedModel, config: ConfigSpec) -> tuple[LoadedModel, DraftCheck]:

@@ -58,6 +58,15 @@ class ContextFullError(SpeculaError):
     """The prompt does not fit in the model's context window."""
 
 
+class PromptError(SpeculaError):
+    """A prompt the engine cannot take (empty, a token id outside the vocabulary, ids where a
+    server takes text); `field`: the request's field at fault ("prompt" or "messages")."""
+
+    def __init__(self, message: str, field: str = "prompt") -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class LoadCancelled(SpeculaError):
     """Loading was cancelled by the user."""
 

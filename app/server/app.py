@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.engine.events import DoneEvent, RunSummary, StepEvent
 from app.server.errors import AUTHENTICATION, ApiError, error_body, internal_error, not_found
-from app.server.served_server import Served
+from app.server.model import ServedModel
 from app.server.openai_format import Reply, sse
 from app.server.origin import OriginPolicy, check_any_origin_has_key, is_loopback_name
 from app.server.params import GenerationRequest, parse_chat, parse_completion, parse_json
@@ -72,7 +72,7 @@ def api_key_bytes(key: str | None) -> bytes | None:
     return stripped.encode("utf-8")
 
 
-def create_app(served: Served, config: ServerConfig = ServerConfig()) -> Starlette:
+def create_app(served: ServedModel, config: ServerConfig = ServerConfig()) -> Starlette:
     """The ASGI app; its worker thread starts now and stops with the app's lifespan. ValueError
     for a config that would serve every web page without a key."""
     check_any_origin_has_key(config.cors_origins, config.api_key)
@@ -106,7 +106,7 @@ def create_app(served: Served, config: ServerConfig = ServerConfig()) -> Starlet
 
 
 class Api:
-    def __init__(self, served: Served, worker: ModelWorker, config: ServerConfig) -> None:
+    def __init__(self, served: ServedModel, worker: ModelWorker, config: ServerConfig) -> None:
         self.served = served
         self.worker = worker
         self.config = config

@@ -28,7 +28,7 @@ from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.events import DoneEvent, RunSummary, StepEvent, StopReason
 from app.engine.loop.speculative import DecodeSettings
 from app.server.errors import ApiError, context_exceeded, internal_error, server_busy, shutting_down
-from app.server.served_server import Served
+from app.server.model import ServedModel
 from app.server.stats import ServerStats
 
 log = logging.getLogger(__name__)
@@ -89,9 +89,9 @@ class Admission:
 
 
 class ModelWorker:
-    """The thread that owns a served model's generation (ServedModel, ServedServer), and the bounded queue in front of it."""
+    """The thread that owns a served model's generation (ServedModel), and the bounded queue in front of it."""
 
-    def __init__(self, served: Served, max_waiting: int = 8, stats: ServerStats | None = None) -> None:
+    def __init__(self, served: ServedModel, max_waiting: int = 8, stats: ServerStats | None = None) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         self.served = served

@@ -1,4 +1,6 @@
-"""Engine calls made on the model host's thread: load a pair, build decode settings, probe devices.
+"""The window's engine calls, made on the model host's thread: its Model tab's choice as the
+engine's spec, opened once as a Session (this process, llama-server started here, or a server at
+a URL: the host never asks which), the drafter swapped on a loaded main model, devices probed.
 
 torch and transformers are imported inside these functions, on the worker thread, so that the
 window opens at once and the UI modules never import them.
@@ -7,100 +9,77 @@ window opens at once and the UI modules never import them.
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable
 
 from app.engine.errors import Cancel
 from app.hub.display import display_name
-from app.worker.requests import MODEL, NONE, PairChoice
+from app.worker.requests import AT_URL, MODEL, NONE, PairChoice
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
 
 
-@dataclass
-class LoadedPair:
-    """A loaded main model, its KV cache (kept across turns) and its drafter."""
-
-    main: Any  # app.engine.loader.LoadedModel
-    kv: Any  # app.engine.backends.torch.kv.KVModel
-    drafter: Any  # app.engine.drafting.drafters.Drafter
-    spec: PairChoice
-    draft: Any = None  # LoadedModel of the draft model, when there is one
-    facts: dict[str, Any] = field(default_factory=dict)
-    ngram_cache: Any = None  # app.engine.drafting.ngram_cache.NgramCache: every finished reply teaches it
-    check: Any = None  # app.engine.drafting.compat.DraftCheck of the draft model, when there is one
-
-    def new_drafter(self):
-        """A fresh drafter of the window's choice (the engine's, from the loaded pair) that
-        teaches the pair's n-gram cache every finished reply whatever drafts (it is warm the day
-        it is chosen)."""
-        from app.engine.drafting.ngram_drafters import learning_into
-        from app.engine.pair_loader import LoadedPair as EnginePair
-
-        engine = EnginePair(engine_spec(self.spec), self.main, self.draft, self.check, self.ngram_cache, drafter=None)
-        return learning_into(engine.new_drafter(), self.ngram_cache)
-
-    def reset_state(self) -> None:
-        """After a failed generation the caches may hold anything: start them afresh (the
-        n-gram cache learns only from finished generations, so it is kept)."""
-        self.kv.reset()
-        self.drafter = self.new_drafter()
-
-    def save_cache(self) -> None:
-        """Write what the n-gram cache learned to its file; a failed write is a warning (the
-        cache stays in memory and is written after the next reply)."""
-        if self.ngram_cache is None or not self.ngram_cache.dirty or not self.spec.ngram_dir:
-            return
-        from app.engine.drafting.factory import cache_path
-
-        path = cache_path(self.spec.ngram_dir, self.ngram_cache.key)  # the file open_cache read
-        try:
-            self.ngram_cache.save(path)
-        except OSError as exc:
-            log.warning("the n-gram cache could not be saved to %s: %s", path, exc)
-
-
 def engine_spec(spec: PairChoice):
-    """The window's choice as the engine's app.engine.pair_loader.PairSpec."""
+    """The window's choice as the engine's spec: app.engine.pair_loader.PairSpec for Specula's
+    own loop here, app.engine.session.ServerSpec for llama-server started here or a server at a
+    URL (the key read from its store here, where it is sent: it never travels in a signal)."""
     from app.engine.pair_loader import PairSpec as EnginePairSpec
 
+    if spec.on_server:
+        return server_spec(spec)
     model = spec.drafter == MODEL
     return EnginePairSpec(spec.main_path, spec.draft_path if model else None, ngram=NONE if model else spec.drafter,
                           dtype=spec.dtype, n_gpu_layers=spec.main_gpu_layers,
                           n_gpu_layers_draft=spec.draft_gpu_layers, backend=spec.backend)
 
 
-def open_ngram_cache(main, spec: PairChoice):
-    """The main vocabulary's n-gram cache from spec.ngram_dir (the window names it whatever the
-    drafter), or None when nothing learns."""
-    if not spec.learns and not spec.ngram_dir:
-        return None
-    from app.engine.drafting.ngram_cache import NgramCacheError
-    from app.engine.drafting.factory import open_cache
+def server_spec(spec: PairChoice):
+    from app.engine.errors import SpeculaError
+    from app.engine.llama_server.keys import read_key
+    from app.engine.llama_server.session import ServerEngine, check_rpc_endpoints
+    from app.engine.session import ServerSpec
 
+    if spec.runs_on == AT_URL:
+        key = read_key(spec.key_store, spec.server_url) if spec.key_store else None
+        return ServerSpec(ServerEngine(url=spec.server_url, api_key=key))
+    types = () if spec.spec_type == "none" else (spec.spec_type,)
+    draft = Path(spec.draft_path) if spec.drafter == MODEL and spec.draft_path else None
     try:
-        return open_cache(main, spec.ngram_dir)
-    except NgramCacheError as exc:  # a file renamed by hand: the app still starts
-        log.warning("%s; starting with an empty n-gram cache", exc)
-        return open_cache(main, None)
+        rpc = check_rpc_endpoints(spec.rpc) if spec.rpc.strip() else ()
+    except ValueError as exc:
+        raise SpeculaError(f"RPC workers: {exc}") from None
+    # With workers every layer goes to them (llama.cpp's -ngl counts RPC devices as GPUs): the Model
+    # tab's offload, 0 on a computer without a GPU, would keep the whole model here.
+    layers = None if rpc else spec.main_gpu_layers
+    return ServerSpec(ServerEngine(spec_types=types, draft=draft, rpc=rpc, n_gpu_layers=layers,
+                                   n_gpu_layers_draft=spec.draft_gpu_layers if draft else None), Path(spec.main_path))
 
 
-def load_pair(spec: PairChoice, progress: Progress, cancel: Cancel) -> LoadedPair:
-    """Load the main model (and the draft model, checked against it first) through the engine's
-    one pair loader. Progress fractions cover the whole pair: the main model takes most of the
-    bar when there is a draft model."""
-    from app.engine.pair_loader import load_pair as load_engine_pair
+def open_pair(spec: PairChoice, progress: Progress, cancel: Cancel):
+    """The engine the window's choice names, opened (app.engine.reply_engine.open_session): the pair
+    loaded here (the main model checked against its draft first, the n-gram cache of the
+    window's folder), llama-server started, or the server at the URL checked."""
+    from app.engine.reply_engine import open_session
 
-    loaded = load_engine_pair(engine_spec(spec), progress, cancel, open_cache=lambda main: open_ngram_cache(main, spec))
-    progress("ready", 1.0)
-    pair = LoadedPair(main=loaded.main, kv=loaded.main.kv_model(), drafter=None, spec=spec, draft=loaded.draft,
-                      ngram_cache=loaded.cache, check=loaded.check)
-    pair.drafter = pair.new_drafter()
-    pair.facts = pair_facts(pair)
-    return pair
+    return open_session(engine_spec(spec), progress, cancel, local_options(spec))
+
+
+def local_options(spec: PairChoice):
+    from app.engine.session import LocalOptions
+
+    return LocalOptions(ngram_dir=spec.ngram_dir, learns=spec.learns)
+
+
+def window_facts(session, spec: PairChoice):
+    """The session's facts as the window names things: the choice's own main path (a URL as
+    typed) and the drafter kind it picked, file titles from the hub's display names."""
+    facts = session.describe()
+    if spec.on_server:
+        return replace(facts, main_path=spec.main_path, drafter=spec.drafter)
+    return replace(facts, main_name=display_name(Path(facts.main_path), facts.file_type), drafter=spec.drafter)
 
 
 def drafter_only_change(old: PairChoice | None, new: PairChoice | None) -> bool:
@@ -117,81 +96,14 @@ def keeps_main(old: PairChoice | None, new: PairChoice | None) -> bool:
     return drafter_only_change(old, new)
 
 
-def can_swap_drafter(pair: LoadedPair | None, spec: PairChoice) -> bool:
-    return pair is not None and keeps_main(pair.spec, spec)
+def can_swap_drafter(session, spec: PairChoice, loaded: PairChoice | None) -> bool:
+    return session is not None and keeps_main(loaded, spec)
 
 
-def swap_drafter(pair: LoadedPair, spec: PairChoice, progress: Progress, cancel: Cancel) -> LoadedPair:
-    """The loaded main model and its KV cache with `spec`'s drafter: only a new draft model is
-    loaded (none for lookup, the n-gram cache or plain decoding, which are instant). `pair` is
-    left as it was, so a failed or cancelled draft load keeps it running."""
-    from app.engine.pair_loader import load_draft_for, part_progress
-
-    started = time.monotonic()
-    draft = check = None
-    if spec.drafter == MODEL:
-        same = pair.spec.drafter == MODEL and (pair.spec.draft_path, pair.spec.draft_gpu_layers) == (
-            spec.draft_path, spec.draft_gpu_layers)
-        if same:
-            draft, check = pair.draft, pair.check
-        else:  # checked against the loaded main model's header first
-            draft, check = load_draft_for(pair.main, engine_spec(spec), part_progress(progress, "draft model", 0.0, 1.0),
-                                          cancel)
-    progress("ready", 1.0)
-    pair.save_cache()  # what the cache learned so far; the same cache object goes on learning
-    cache = pair.ngram_cache if pair.ngram_cache is not None else open_ngram_cache(pair.main, spec)
-    swapped = LoadedPair(main=pair.main, kv=pair.kv, drafter=None, spec=spec, draft=draft, ngram_cache=cache,
-                         check=check)
-    swapped.drafter = swapped.new_drafter()
-    swapped.facts = {**pair_facts(swapped), "main_kept": True, "swap_s": time.monotonic() - started}
-    return swapped
-
-
-def pair_facts(pair: LoadedPair) -> dict[str, Any]:
-    """What the window shows about a loaded pair (plain data for a signal)."""
-    main, draft = pair.main, pair.draft
-    main_weights = weights_facts(main)
-    draft_weights = weights_facts(draft) if draft is not None else None
-    memory = main_weights["bytes"] + (draft_weights["bytes"] if draft_weights is not None else 0)
-    load_s = main.load_s + (draft.load_s if draft is not None else 0.0)
-    return {
-        "main_name": display_name(main.path, main.info.file_type),
-        "main_path": str(main.path),
-        "main_plan": main.plan.describe(),
-        "main_plan_reason": main.plan_reason,
-        "backend": main.backend.name,
-        "backend_reason": main.backend.reason,
-        "main_plain_tps": _plain_tps(main),
-        "main_weights": main_weights,
-        "draft_name": draft.name if draft is not None else None,
-        "draft_path": str(draft.path) if draft is not None else None,
-        "draft_plan": draft.plan.describe() if draft is not None else None,
-        "draft_weights": draft_weights,
-        "drafter": pair.spec.drafter,
-        "drafter_name": pair.drafter.name,
-        "draft_text_level": pair.drafter.text_level,
-        "ngram_entries": len(pair.ngram_cache) if pair.ngram_cache is not None else None,
-        "load_s": load_s,
-        "memory_bytes": memory,
-        "n_ctx": pair.kv.n_ctx,
-        "chat_template": bool(main.info.has_chat_template),
-        "rope_fix": main.rope_fix,
-    }
-
-
-def _plain_tps(main: Any) -> float | None:
-    """Tokens per second of plain decoding as the one-token step measured at load has it (llama.cpp
-    measures it; torch does not)."""
-    step_s = main.backend.plain_step_s()
-    return 1.0 / step_s if step_s is not None and step_s > 0 else None
-
-
-def weights_facts(model: Any) -> dict[str, Any]:
-    """How a loaded model (app.engine.loader.LoadedModel) holds its weights, for the offload
-    control's estimate (app.ui.models.offload)."""
-    plan = model.plan
-    return {"path": str(model.path), "dtype": plan.dtype_name,
-            "gpu_layers": plan.n_gpu_layers if plan.gpu is not None else 0, "bytes": model.weights_bytes}
+def swap_drafter(session, spec: PairChoice, progress: Progress, cancel: Cancel):
+    """The loaded main model and its KV cache with `spec`'s drafter (LocalSession.with_drafter):
+    the session is left as it was, so a failed or cancelled draft load keeps it running."""
+    return session.with_drafter(engine_spec(spec), progress, cancel, local_options(spec))
 
 
 def device_facts() -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -39,7 +40,7 @@ class ModelHost(QObject):
 
     devicesFound = Signal(dict)  # engine_calls.device_facts()
     loadProgress = Signal(str, float)  # stage, fraction 0..1 of the whole pair
-    loaded = Signal(dict)  # engine_calls.pair_facts()
+    loaded = Signal(object)  # app.engine.session.Facts (engine_calls.window_facts)
     loadFailed = Signal(str)  # one line; also "loading cancelled"
     step = Signal(object)  # app.engine.events.StepEvent (frozen dataclass)
     finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
@@ -50,7 +51,8 @@ class ModelHost(QObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self._pair = None  # engine_calls.LoadedPair
+        self._session = None  # app.engine.session.Session
+        self._choice: PairChoice | None = None  # what the session was opened for
         self._cancel = threading.Event()
         self._probeRequested.connect(self._probe)
         self._loadRequested.connect(self._load)
@@ -67,11 +69,11 @@ class ModelHost(QObject):
     def generate(self, request: ChatRequest) -> None:
         self._generateRequested.emit(request, self._new_job())
 
-    def current_pair(self):
-        """The loaded pair (engine_calls.LoadedPair) or None. Read from the GUI thread after
+    def current_session(self):
+        """The open session (app.engine.session.Session) or None. Read from the GUI thread after
         `loaded`: the host thread sets it before emitting that signal and only replaces it in a
         later load, which the window requests itself."""
-        return self._pair
+        return self._session
 
     def cancel(self) -> None:
         """Stop the current (or just requested) load or generation; safe from any thread."""
@@ -96,21 +98,20 @@ class ModelHost(QObject):
 
     @Slot(object, object)
     def _load(self, spec: PairChoice, cancel: threading.Event) -> None:
-        from app.worker.engine_calls import can_swap_drafter, load_pair
-        from app.worker.server_engine import load_server
+        from app.worker.engine_calls import can_swap_drafter, open_pair, window_facts
 
-        if not spec.on_server and can_swap_drafter(self._pair, spec):
+        if can_swap_drafter(self._session, spec, self._choice):
             self._swap(spec, cancel)
             return
-        facts: dict[str, Any] | None = None
+        facts = None
         error = "loading stopped"
         try:
-            self._drop_pair()  # free the old pair's memory before loading the new one
-            loader = load_server if spec.on_server else load_pair
-            pair = loader(spec, self.loadProgress.emit, cancel.is_set)
+            self._drop_session()  # free the old pair's memory before loading the new one
+            session = open_pair(spec, self.loadProgress.emit, cancel.is_set)
             if cancel.is_set():
+                session.close()
                 raise_cancelled()
-            self._pair, facts = pair, pair.facts
+            self._session, self._choice, facts = session, spec, window_facts(session, spec)
         except Exception as exc:
             error = one_line(exc)
             log.info("load failed: %s", error)
@@ -123,19 +124,18 @@ class ModelHost(QObject):
     def _swap(self, spec: PairChoice, cancel: threading.Event) -> None:
         """Only the drafter changes: the main model and its KV cache stay loaded. A failed or
         cancelled draft load keeps the running pair, and `loaded` says so with its facts and
-        "swap_error" (the window keeps showing what runs)."""
-        from app.worker.engine_calls import swap_drafter
+        swap_error (the window keeps showing what runs)."""
+        from app.worker.engine_calls import swap_drafter, window_facts
 
-        old = self._pair
-        facts: dict[str, Any] = {**old.facts, "swap_error": "loading stopped"}
+        facts = replace(window_facts(self._session, self._choice), swap_error="loading stopped")
         try:
-            pair = swap_drafter(old, spec, self.loadProgress.emit, cancel.is_set)
+            session = swap_drafter(self._session, spec, self.loadProgress.emit, cancel.is_set)
             if cancel.is_set():
                 raise_cancelled()
-            self._pair, facts = pair, pair.facts
+            self._session, self._choice, facts = session, spec, window_facts(session, spec)
         except Exception as exc:
-            facts["swap_error"] = one_line(exc)
-            log.info("drafter change failed: %s", facts["swap_error"])
+            facts = replace(facts, swap_error=one_line(exc))
+            log.info("drafter change failed: %s", facts.swap_error)
         finally:
             self.loaded.emit(facts)
 
@@ -143,14 +143,17 @@ class ModelHost(QObject):
     def _generate(self, request: ChatRequest, cancel: threading.Event) -> None:
         from app.engine.errors import SpeculaError
         from app.engine.events import DoneEvent
+        from app.engine.session import Prompt
 
         summary: dict[str, Any] | None = None
         error = ""
-        pair = self._pair
+        session = self._session
         try:
-            if pair is None:
+            if session is None:
                 raise SpeculaError("no model is loaded: pick a main model and press Load")
-            for event in self._reply_events(pair, request, cancel):
+            messages = request.messages() + [{"role": "user", "content": request.user_text}]
+            prompt = Prompt.chat(messages, request.system_prompt or None, plain=request.plain, fit=True)
+            for event in session.reply(prompt, request.settings.decode_settings(), cancel.is_set):
                 if isinstance(event, DoneEvent):
                     summary = event.summary.to_dict()
                 else:
@@ -158,38 +161,21 @@ class ModelHost(QObject):
         except Exception as exc:
             error = one_line(exc)
             log.warning("generation failed: %s", error)
-            if pair is not None:
-                pair.reset_state()
         finally:
             self.finished.emit(summary, error)
-        if pair is not None:
-            pair.save_cache()  # after `finished`: the window does not wait for the write
-
-    @staticmethod
-    def _reply_events(pair, request: ChatRequest, cancel: threading.Event):
-        """The reply's events from the engine that runs the pair: Specula's own loop here, or a
-        llama-server (app.worker.server_engine); the same StepEvents and DoneEvent either way."""
-        from app.engine.loop.chat import ChatSession
-        from app.worker.server_engine import ServerPair, reply_events
-
-        if isinstance(pair, ServerPair):
-            return reply_events(pair, request, cancel.is_set)
-        session = ChatSession(pair.kv, pair.main.tokenizer, request.system_prompt or None, request.messages(),
-                              plain=request.plain)
-        return session.reply(request.user_text, pair.drafter, request.settings.decode_settings(), cancel.is_set)
+        if session is not None:
+            session.save_learned()  # after `finished`: the window does not wait for the write
 
     def release(self) -> None:
-        """Drop the pair (stopping a llama-server it started); called once the thread has ended."""
-        self._drop_pair()
+        """Drop the session (stopping a llama-server it started); called once the thread has ended."""
+        self._drop_session()
 
-    def _drop_pair(self) -> None:
-        if self._pair is None:
+    def _drop_session(self) -> None:
+        if self._session is None:
             return
-        pair, self._pair = self._pair, None
-        close = getattr(pair, "close", None)  # a ServerPair: stop the llama-server it started
-        if close is not None:
-            close()
-        del pair
+        session, self._session, self._choice = self._session, None, None
+        session.close()
+        del session
         import gc
 
         gc.collect()

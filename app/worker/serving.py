@@ -1,12 +1,10 @@
-"""The window's "serve the loaded model" toggle: `specula serve` on the pair the window loaded.
+"""The window's "serve the loaded model" toggle: `specula serve` on the session the window opened.
 
-The server gets its own KV caches and drafter state (ServedModel.create, LoadedPair.new_drafter), so the
-window's chat and API requests never touch each other's caches; they share the weights and the CPU.
-On an engine beyond this process (a ServerPair: llama-server started here, or a server at a URL)
-it serves through a session of its own on that server (served_server.ServedServer): the same
-routes, key and web-page rules, the replies from that engine.
-Starting and stopping run on a pool thread (binding, uvicorn start-up and its shutdown wait), so
-the window never waits on them.
+The server gets a session of its own beside the chat's (Session.beside: its own KV caches and
+drafter state on the same weights, or its own connection to the same llama-server or URL, with
+the same key), so the window's chat and API requests never touch each other's caches; they share
+the weights and the CPU. Starting and stopping run on a pool thread (binding, uvicorn start-up
+and its shutdown wait), so the window never waits on them.
 """
 
 from __future__ import annotations
@@ -24,35 +22,15 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8080
 
 
-def _start(pair: Any, settings: GenSettings, port: int, api_key: str | None) -> Any:
-    from app.server.model import ServedModel
-    from app.worker.server_engine import ServerPair
-
-    settings.decode_settings()  # the window's settings are the requests' defaults: checked before serving
-    if isinstance(pair, ServerPair):
-        return _serve(served_on_server_pair(pair, settings), port, api_key)
-    # Fresh state and draft cache; the n-gram cache is shared: requests learn into it too.
-    drafter = pair.new_drafter()
-    return _serve(ServedModel.create(pair.main, drafter, settings), port, api_key)
-
-
-def _serve(served: Any, port: int, api_key: str | None) -> Any:
+def _start(session: Any, settings: GenSettings, port: int, api_key: str | None) -> Any:
     from app.server.app import ServerConfig, create_app
     from app.server.launch import BackgroundServer, bind_socket
+    from app.server.model import ServedModel
 
+    settings.decode_settings()  # the window's settings are the requests' defaults: checked before serving
+    served = ServedModel.create(session.beside(), settings)
     sock = bind_socket("127.0.0.1", port)  # the window serves this machine only
     return BackgroundServer(create_app(served, ServerConfig(api_key=api_key or None)), sock).start()
-
-
-def served_on_server_pair(pair: Any, defaults: GenSettings) -> Any:
-    """The window's engine beyond this process as the server's model: a session of its own on
-    the same llama-server (or URL, with the same key), so API requests never share the chat's."""
-    from app.server.served_server import ServedServer, session_beside
-
-    session = pair.session
-    model = session.model
-    return ServedServer.create(session_beside(session), defaults, session.engine.drafter_label, model=model,
-                               engine_line=session.describe())
 
 
 def _stop(server: Any) -> None:
@@ -80,16 +58,16 @@ class ServerControl(QObject):
     def busy(self) -> bool:
         return self._task is not None
 
-    def start(self, pair: Any, settings: Any, port: int = DEFAULT_PORT, api_key: str | None = None) -> None:
+    def start(self, session: Any, settings: Any, port: int = DEFAULT_PORT, api_key: str | None = None) -> None:
         if self.running:
             return
         if self.busy:  # still stopping the server of the model just replaced: start after it
-            self._next = (pair, settings, port, api_key)
+            self._next = (session, settings, port, api_key)
             return
-        if pair is None:
+        if session is None:
             self.failed.emit("load a model first: the server serves the loaded pair")
             return
-        self._task = BackgroundTask(_start, pair, settings, port, api_key)
+        self._task = BackgroundTask(_start, session, settings, port, api_key)
         self._task.signals.done.connect(self._on_started)
         self._task.signals.failed.connect(self._on_failed)
         self._task.start()

@@ -31,7 +31,8 @@ import torch
 from app.cli.bench import server as bench_server
 from app.cli.bench.common import PROMPTS, engine_facts, prompt_ids, timed_reply
 from app.cli.bench.verdict import AGAIN, format_verdict, verdicts
-from app.cli.run import load_main, pair_spec
+from app.cli.run import load_main
+from app.cli.request import pair_spec
 from app.engine.loop.fidelity import NEAR_TIE, compare_to_plain
 from app.engine.loader import LoadedModel
 from app.engine.drafting.factory import LOOKUP, NONE, make_drafter

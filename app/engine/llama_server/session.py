@@ -11,6 +11,7 @@ that went away aborts llama-server, never Specula), and streams each reply as ou
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -18,7 +19,11 @@ from typing import Callable, Iterator, Sequence
 from app.engine.llama_server.client import ServerClient, ServerError
 from app.engine.llama_server.engine import generate_on_server
 from app.engine.llama_server.process import LlamaServer
+from app.engine.errors import Cancel, PromptError
 from app.engine.events import GenerationEvent
+from app.engine.loop.chat import plain_text
+from app.engine.loop.speculative import DecodeSettings
+from app.engine.session import AT_URL, LLAMA_SERVER, Facts, Progress, Prompt, ServerSpec
 from app.engine.loop.sampling import SamplingParams
 from app.engine.remote.engine import generate_on_openai
 from app.engine.remote.http import HttpStatusError, RemoteHttp
@@ -149,6 +154,7 @@ class ServerSession:
         self._client: ServerClient | None = None
         self._openai: OpenAIClient | None = None  # a server at the URL that is not llama-server
         self._openai_model: str | None = None
+        self._facts: Facts | None = None
 
     def __enter__(self) -> "ServerSession":
         self.speaks_openai if self.engine.url else self.open()  # connected (or started) here
@@ -205,7 +211,7 @@ class ServerSession:
         self._openai_model = client.choose_model(engine.model_name)
         self._openai = client
 
-    def describe(self) -> str:
+    def plan_line(self) -> str:
         """One line for the plan: where the reply runs, and through which API."""
         if self.speaks_openai:
             return (f"the server at {self._openai.shown_url} through OpenAI's API (model {self._openai_model}; "
@@ -222,7 +228,71 @@ class ServerSession:
                                           "the server at its URL", messages, text, tuple(stop_strings), cancelled)
             return
         ids = self.prompt_ids(messages) if messages is not None else self.prompt_ids(text=text)
-        yield from self.reply(ids, max_new_tokens, sampling, stop_strings, cancelled)
+        yield from self.reply_ids(ids, max_new_tokens, sampling, stop_strings, cancelled)
+
+    # -- the reply engine's seam (app.engine.session.Session) ------------------------------------
+
+    def reply(self, prompt: Prompt, settings: DecodeSettings, cancel: Cancel | None = None
+              ) -> Iterator[GenerationEvent]:
+        """The reply to `prompt`: our ids as they are (llama-server on our file), a chat rendered
+        by the server's own template (its text where `plain`), or raw text. llama-server started
+        here is started again first if it died (a lost RPC worker aborts it)."""
+        if not self.engine.url:
+            self.open(cancel)
+        extra = {"ignore_eos": True} if settings.stop_token_ids == () else None
+        try:
+            if prompt.ids is not None:
+                yield from self.reply_ids(prompt.ids, settings.max_new_tokens, settings.sampling,
+                                          settings.stop_strings, cancel, extra)
+                return
+            chat = ({"text": plain_text(list(prompt.messages))} if prompt.plain else
+                    {"messages": list(prompt.messages)}) if prompt.messages is not None else {"text": prompt.text}
+            yield from self.reply_to(settings.max_new_tokens, settings.sampling, stop_strings=settings.stop_strings,
+                                     cancelled=cancel, **chat)
+        except ServerError as exc:
+            if self.engine.rpc and str(exc).startswith("llama-server stopped mid-reply"):
+                raise ServerError(f"{exc} (an RPC worker went away? check them: the next reply starts "
+                                  "llama-server again)") from None
+            raise
+
+    def tokenize(self, prompt: Prompt) -> tuple[Prompt, tuple[str, ...]]:
+        """llama-server's own ids (its template, its tokenizer); a server speaking only OpenAI's
+        API gets the messages or the text as they came (no ids)."""
+        field = "messages" if prompt.messages is not None else "prompt"
+        if self.speaks_openai:
+            if prompt.ids is not None:
+                raise PromptError("this server speaks OpenAI's API: it takes text, not token ids")
+            return prompt, ()
+        if prompt.ids is not None:
+            ids = list(prompt.ids)
+        elif prompt.messages is not None:
+            ids = self.prompt_ids(list(prompt.messages))
+        else:
+            ids = self.prompt_ids(text=prompt.text)
+        if not ids:
+            raise PromptError("the prompt is empty", field)
+        return Prompt.of_ids(ids), ()
+
+    def min_tokens(self, n_bytes: int) -> int:
+        """The server counts its own tokens (the body's size limit still holds)."""
+        return 0
+
+    def describe(self) -> Facts:
+        return self._facts or server_facts(self, 0.0)
+
+    def save_learned(self) -> None:
+        """No n-gram cache of ours learns from a server's replies."""
+
+    def beside(self) -> "ServerSession":
+        """A session of its own on the server this one talks to (the llama-server it started, or
+        the one at its URL, with the same key): it never starts or stops one."""
+        engine = self.engine
+        if not engine.url:
+            engine = ServerEngine(url=self.open().base_url, api=API_LLAMA, timeout_s=engine.timeout_s)
+        beside = ServerSession(engine)
+        beside.speaks_openai  # connects now (reads /props or /v1/models), not on the first request
+        beside._facts = self.describe()
+        return beside
 
     def close(self) -> None:
         self._openai = None
@@ -236,7 +306,7 @@ class ServerSession:
         prompt = client.apply_template(messages) if messages is not None else (text or "")
         return client.tokenize(prompt)
 
-    def reply(self, ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
+    def reply_ids(self, ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
               stop_strings: Sequence[str] = (), cancelled: Callable[[], bool] | None = None,
               extra: dict | None = None) -> Iterator[GenerationEvent]:
         """The reply's events (StepEvents, then the DoneEvent). A server that died mid-reply is a
@@ -284,3 +354,70 @@ def _is_llama_server(engine: ServerEngine) -> bool:
         raise
     return (isinstance(props, dict) and isinstance(props.get("build_info"), str)
             and isinstance(props.get("default_generation_settings"), dict))
+
+
+def open_server(spec: ServerSpec, progress: Progress | None = None, cancel: Cancel | None = None) -> ServerSession:
+    """Start llama-server (or reach the server at the URL and, with spec.check, see it answers
+    with the key): the session replies run on. A failed start is one line."""
+    started = time.monotonic()
+    engine = spec.engine
+    session = ServerSession(engine, None if engine.url else spec.model, spec.start_timeout_s)
+    if progress is not None:
+        progress("checking the server" if engine.url else "starting llama-server", 0.1)
+    try:
+        if not engine.url:
+            session.open(cancel)
+        elif spec.check:
+            _check_answers(session)
+        else:
+            session.speaks_openai  # connects: reads /props or /v1/models
+    except BaseException:
+        session.close()
+        raise
+    if progress is not None:
+        progress("ready", 1.0)
+    session._facts = server_facts(session, time.monotonic() - started)
+    return session
+
+
+def _check_answers(session: ServerSession) -> None:
+    """The server at the URL answers: a llama-server has its model loaded (/health) and takes
+    the key (/tokenize asks for it); any other (OpenAI's API) listed its models with the key."""
+    if session.speaks_openai:  # connecting read /v1/models, which needs the key
+        return
+    client = session.open()
+    if not client.healthy(timeout_s=10.0):
+        raise ServerError(f"{client.shown_url} is still loading its model: try Load again in a moment")
+    client.tokenize("hi")
+
+
+def server_facts(session: ServerSession, load_s: float) -> Facts:
+    """What a session beyond this process says about itself: the model's file and template where
+    llama-server runs it here; at a URL its name is the URL (OpenAI's API tells no context)."""
+    engine, line = session.engine, session.plan_line()
+    template, n_ctx = True, 0 if session.speaks_openai else server_context(session)
+    if session.model is not None:
+        from app.engine.gguf.info import read_gguf_info
+
+        template = bool(read_gguf_info(session.model).has_chat_template)
+        name, path, where = session.model.name, str(session.model), LLAMA_SERVER
+    else:
+        shown = RemoteHttp(engine.url).shown_url
+        name, path, where = shown, shown, AT_URL
+    return Facts(where=where, main_name=name, main_path=path, main_plan=line, engine_line=line,
+                 backend_reason=line, drafter=",".join(engine.types) or "none", drafter_name=engine.drafter_label,
+                 draft_name=engine.draft.name if engine.draft else None,
+                 draft_path=str(engine.draft) if engine.draft else None, rpc=tuple(engine.rpc), load_s=load_s,
+                 n_ctx=n_ctx, chat_template=template, served_name=session.openai_model if engine.url else None)
+
+
+def server_context(session: ServerSession) -> int:
+    """The context llama-server holds (its /props), 0 where it does not say."""
+    try:
+        props = session.open().props()
+    except Exception as exc:  # a server without /props serves all the same: the context is then unknown
+        log.info("the server's context is not known: %s", exc)
+        return 0
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else 0

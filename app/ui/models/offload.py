@@ -3,7 +3,7 @@ and a memory estimate from the GGUF header; disabled, with the reason, where the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGraphicsOpacityEffect, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
@@ -15,6 +15,9 @@ from app.ui.common.format import format_bytes
 from app.ui.common.style import small_muted_label
 
 
+if TYPE_CHECKING:
+    from app.engine.session import Weights
+
 class OffloadControl(QWidget):
     changed = Signal()
 
@@ -23,7 +26,7 @@ class OffloadControl(QWidget):
         self._info: GGUFInfo | None = None
         self._devices: dict[str, Any] | None = None
         self._backend = "auto"  # the pair picker's backend choice: torch estimates its own dtypes
-        # How the loaded model holds its weights (app.worker.engine_calls.weights_facts) and the
+        # How the loaded model holds its weights (app.engine.session.Weights) and the
         # backend it was loaded on: its estimate is then the engine's own count.
         self._loaded: tuple[dict[str, Any], str] | None = None
         self.slider = QSlider(Qt.Orientation.Horizontal)
@@ -87,7 +90,7 @@ class OffloadControl(QWidget):
         self._backend = backend
         self._update()
 
-    def set_loaded(self, weights: dict[str, Any] | None) -> None:
+    def set_loaded(self, weights: Weights | None) -> None:
         """The loaded model's weights (None: nothing loaded): while this control shows that model
         with the backend it was loaded on, the estimate is the engine's count, not a guess."""
         self._loaded = (weights, self._backend) if weights is not None else None
@@ -131,8 +134,8 @@ class OffloadControl(QWidget):
         """The need in Discover's words (app.hub.fit.memory_need): one model, one estimate."""
         loaded = self._loaded_weights(info, gpu_layers)
         if loaded is not None:  # the engine's own count
-            need = memory_need(info, dtype=loaded["dtype"], weights_bytes=loaded["bytes"],
-                               kind=loaded["dtype"])
+            need = memory_need(info, dtype=loaded.dtype, weights_bytes=loaded.bytes,
+                               kind=loaded.dtype)
         else:
             need = memory_need(info, dtype=self._estimate_dtype(gpu_layers))
         weights = need.weights
@@ -142,12 +145,12 @@ class OffloadControl(QWidget):
             text += f"; ≈ {format_bytes(on_gpu)} on the GPU"
         return text
 
-    def _loaded_weights(self, info: GGUFInfo, gpu_layers: int) -> dict[str, Any] | None:
+    def _loaded_weights(self, info: GGUFInfo, gpu_layers: int) -> Weights | None:
         """The loaded model's weights when this control shows it as it was loaded, else None."""
         if self._loaded is None:
             return None
         weights, backend = self._loaded
-        same = weights["path"] == str(info.path) and weights["gpu_layers"] == gpu_layers and backend == self._backend
+        same = weights.path == str(info.path) and weights.gpu_layers == gpu_layers and backend == self._backend
         return weights if same else None
 
     def _estimate_dtype(self, gpu_layers: int) -> str:

@@ -11,7 +11,7 @@ list, greyed, with the reason.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
@@ -41,6 +41,9 @@ from app.compare.results import LLAMA_SERVER as LLAMA_SERVER_ROW, SERVER_URL as 
 from app.worker.requests import (AT_URL, DEFAULT_DRAFTER, DRAFTER_TEXT, HERE, LEARNING, LLAMA_SERVER, LOOKUP,
                                  LOOKUP_CACHE, MODEL, NGRAM_CACHE,
                                  NONE, PairChoice)
+
+if TYPE_CHECKING:
+    from app.engine.session import Facts
 
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -76,7 +79,7 @@ class PairPicker(QWidget):
         super().__init__(parent)
         self._entries: list[LibraryEntry] = []
         self._loaded_spec: PairChoice | None = None
-        self._loaded_facts: dict[str, Any] = {}
+        self._loaded_facts = None  # app.engine.session.Facts of what runs
         self._loading = False
         self._draft_pref: tuple[str, str | None] = (DEFAULT_DRAFTER, None)  # the user's last draft choice
         self._replaced: str | None = None  # why the draft model above gave way to prompt lookup
@@ -334,23 +337,23 @@ class PairPicker(QWidget):
         self.progress.setFormat(shown.replace("%", "%%") + " %p%")
         self.progress.setToolTip(stage)
 
-    def set_loaded(self, facts: dict[str, Any], spec: PairChoice | None) -> None:
-        self._loaded_spec, self._loaded_facts = spec, dict(facts)
+    def set_loaded(self, facts: Facts, spec: PairChoice | None) -> None:
+        self._loaded_spec, self._loaded_facts = spec, facts
         self.progress.setValue(1000)
         self.progress.setFormat("loaded")
         self.state_label.setText(loaded_text(facts))
         self.state_label.setToolTip(loaded_text(facts))
         self.plan_label.setText(plan_text(facts))
-        self.plan_label.setToolTip(str(facts.get("backend_reason") or ""))
-        self.main_offload.set_loaded(facts.get("main_weights"))
-        self.draft_offload.set_loaded(facts.get("draft_weights"))
+        self.plan_label.setToolTip(str(facts.backend_reason or ""))
+        self.main_offload.set_loaded(facts.main_weights)
+        self.draft_offload.set_loaded(facts.draft_weights)
         self._refresh_pending()
 
     def set_failed(self, message: str) -> None:
         self.progress.setValue(0)
         self.progress.setFormat("")
         kept = " (the previous pair was unloaded)" if self._loaded_spec is not None else ""
-        self._loaded_spec, self._loaded_facts = None, {}
+        self._loaded_spec, self._loaded_facts = None, None
         self.main_offload.set_loaded(None)
         self.draft_offload.set_loaded(None)
         self.state_label.setText(f"<span style='color:#b91c1c'>Not loaded: {_escape(message)}</span>{kept}")
@@ -388,7 +391,7 @@ class PairPicker(QWidget):
         if live:  # the bar and the plan line describe what runs, never the choice
             self.progress.setValue(0 if pending else 1000)
             self.progress.setFormat("change not applied yet" if pending else "loaded")
-            running = self._loaded_facts.get("main_name") or Path(loaded.main_path).name
+            running = self._loaded_facts.main_name or Path(loaded.main_path).name
             prefix = "" if same_main else f"Running now: {running} — "
             self.plan_label.setText(prefix + plan_text(self._loaded_facts))
 
@@ -552,36 +555,36 @@ def main_facts_text(main: LibraryEntry | None) -> str:
     return main.facts() if main.info.has_chat_template else f"{main.facts()}\n{BASE_MODEL_NOTE}"
 
 
-def plan_text(facts: dict[str, Any]) -> str:
+def plan_text(facts: Facts) -> str:
     """What the loaded main model runs on and why."""
-    if facts.get("engine_line"):  # llama-server here or at a URL (app.worker.server_engine)
-        return f"Runs on {facts['engine_line']}"
-    plan = facts.get("main_plan") or "?"
-    reason = facts.get("main_plan_reason")
-    if facts.get("backend") == LLAMA_CPP:  # the plan names the backend: say why it was chosen
-        tps = facts.get("main_plain_tps")
+    if facts.engine_line:  # llama-server here or at a URL
+        return f"Runs on {facts.engine_line}"
+    plan = facts.main_plan or "?"
+    reason = facts.main_plan_reason
+    if facts.backend == LLAMA_CPP:  # the plan names the backend: say why it was chosen
+        tps = facts.main_plain_tps
         speed = f" · about {tps:.0f} tok/s without drafting" if tps else ""
         return f"Runs on {plan}{speed}" + (f" — {reason}" if reason and not reason.startswith("llama.cpp on") else "")
-    backend = facts.get("backend_reason")
+    backend = facts.backend_reason
     why = (backend or "").removeprefix("torch: ").removeprefix("torch, ")
     return f"Runs on torch ({why}) · {plan}" if backend else f"Runs on torch · {plan}" + (f" — {reason}" if reason else "")
 
 
-def loaded_text(facts: dict[str, Any]) -> str:
+def loaded_text(facts: Facts) -> str:
     from app.ui.common.format import format_bytes
 
-    if facts.get("engine_line"):
-        took = "connected" if facts.get("runs_on") == AT_URL else "started"
-        return f"{took.capitalize()} in {facts.get('load_s', 0):.1f} s: {facts['engine_line']}"
-    draft = DRAFTER_TEXT.get(facts.get("drafter"), facts.get("draft_name"))
-    if facts.get("ngram_entries") is not None and facts.get("drafter") in (NGRAM_CACHE, LOOKUP_CACHE, LEARNING):
-        draft += f" ({facts['ngram_entries']:,} word sequences learned)"
-    took = (f"(drafter changed in {facts.get('swap_s', 0):.1f} s, the main model stayed loaded)"
-            if facts.get("main_kept") else f"in {facts.get('load_s', 0):.1f} s")
-    text = (f"Loaded {facts.get('main_name')} ({facts.get('main_plan')}) with {draft} "
-            f"{took}, ≈ {format_bytes(facts.get('memory_bytes', 0))}")
-    if facts.get("draft_plan"):
-        text += f"; draft on {facts['draft_plan']}"
+    if facts.engine_line:
+        took = "connected" if facts.where == AT_URL else "started"
+        return f"{took.capitalize()} in {facts.load_s:.1f} s: {facts.engine_line}"
+    draft = DRAFTER_TEXT.get(facts.drafter, facts.draft_name)
+    if facts.ngram_entries is not None and facts.drafter in (NGRAM_CACHE, LOOKUP_CACHE, LEARNING):
+        draft += f" ({facts.ngram_entries:,} word sequences learned)"
+    took = (f"(drafter changed in {facts.swap_s:.1f} s, the main model stayed loaded)"
+            if facts.main_kept else f"in {facts.load_s:.1f} s")
+    text = (f"Loaded {facts.main_name} ({facts.main_plan}) with {draft} "
+            f"{took}, ≈ {format_bytes(facts.memory_bytes)}")
+    if facts.draft_plan:
+        text += f"; draft on {facts.draft_plan}"
     return text
 
 

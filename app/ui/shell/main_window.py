@@ -11,7 +11,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
@@ -51,6 +51,9 @@ from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairCho
 from app.worker.serving import ServerControl
 from app.worker.tasks import wait_for_tasks
 
+if TYPE_CHECKING:
+    from app.engine.session import Facts
+
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 20.0  # closing waits this long for a load or a reply to stop
@@ -65,7 +68,7 @@ class MainWindow(QMainWindow):
         self.store = HistoryStore(history_path())
         self.host_thread = HostThread()
         self.host = self.host_thread.host
-        self.loaded_facts: dict[str, Any] | None = None
+        self.loaded_facts: Facts | None = None  # app.engine.session.Facts of the open session
         self.thread_stuck = False
         self._loading_spec: PairChoice | None = None
         self._restored_pair = False
@@ -234,7 +237,7 @@ class MainWindow(QMainWindow):
     # --- models -------------------------------------------------------------------------------
 
     def loaded_main_path(self) -> str | None:
-        return self.loaded_facts["main_path"] if self.loaded_facts else None
+        return self.loaded_facts.main_path if self.loaded_facts else None
 
     def load_pair(self, spec: PairChoice) -> None:
         if self.controller.busy:
@@ -258,58 +261,58 @@ class MainWindow(QMainWindow):
         self.pair_label.setToolTip(text)
 
     def _start_server(self, port: int, api_key: str) -> None:
-        self.server.start(self.host.current_pair(), self.gen_form.settings(), port, api_key)
+        self.server.start(self.host.current_session(), self.gen_form.settings(), port, api_key)
 
     def cancel_load(self) -> None:
         # A direct call: a signal connected to the host's method would be queued behind the
         # very load it is meant to stop (the host lives on its own thread).
         self.host.cancel()
 
-    def _on_loaded(self, facts: dict) -> None:
+    def _on_loaded(self, facts: Facts) -> None:
         spec, self._loading_spec = self._loading_spec, None
-        swap_error = facts.get("swap_error")  # only the drafter was to change, and it did not
+        swap_error = facts.swap_error  # only the drafter was to change, and it did not
         if swap_error:
             spec = self.picker.loaded_spec()
         # The library's titles, as the pickers show them (a file's general.name can be cryptic).
-        facts = {**facts, "main_name": self._title(facts["main_path"], facts["main_name"]),
-                 "draft_name": self._title(facts.get("draft_path"), facts.get("draft_name"))}
+        facts = replace(facts, main_name=self._title(facts.main_path, facts.main_name),
+                        draft_name=self._title(facts.draft_path, facts.draft_name))
         self.loaded_facts = facts
         self.picker.set_loading(False)
         self.picker.set_loaded(facts, spec)
         self.charts.set_acceptance_note(None)
-        if facts.get("engine_line"):
+        if facts.engine_line:
             self._on_server_loaded(facts)
             return
         self.serve_panel.set_available(True)
         self.panel.set_model_loaded(True)
-        self.panel.set_base_model(not facts.get("chat_template", True))  # base models: plain completion
+        self.panel.set_base_model(not facts.chat_template)  # base models: plain completion
         self.panel.input.setFocus()  # the next step is typing (not the spin box focus fell to)
-        self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
-        drafter = DRAFTER_TEXT.get(facts["drafter"], facts.get("draft_name"))
-        if facts.get("draft_text_level"):
+        self.charts.set_reference_tps(self.controller.reference_tps(facts.main_path))
+        drafter = DRAFTER_TEXT.get(facts.drafter, facts.draft_name)
+        if facts.draft_text_level:
             drafter = f"{drafter} (text-level)"
-        self._set_pair_label(f"{facts['main_name']} · {drafter} · {facts['main_plan']}")
+        self._set_pair_label(f"{facts.main_name} · {drafter} · {facts.main_plan}")
         if swap_error:
-            self.show_message(f"the drafter did not change: {swap_error}; {facts['main_name']} runs with {drafter}")
-        elif facts.get("main_kept"):
-            change = "drafting off" if facts["drafter"] == NONE else f"now drafting with {drafter}"
-            self.show_message(f"{change} ({facts.get('swap_s', 0):.1f} s); {facts['main_name']} stayed loaded")
+            self.show_message(f"the drafter did not change: {swap_error}; {facts.main_name} runs with {drafter}")
+        elif facts.main_kept:
+            change = "drafting off" if facts.drafter == NONE else f"now drafting with {drafter}"
+            self.show_message(f"{change} ({facts.swap_s:.1f} s); {facts.main_name} stayed loaded")
         else:
-            self.show_message(f"loaded {facts['main_name']} in {facts['load_s']:.1f} s")
+            self.show_message(f"loaded {facts.main_name} in {facts.load_s:.1f} s")
         if spec is not None and not swap_error:
             self.settings.setValue("pair/last", json.dumps(spec.__dict__))
 
-    def _on_server_loaded(self, facts: dict) -> None:
+    def _on_server_loaded(self, facts: Facts) -> None:
         """llama-server started here, or the server at a URL answered: the chat replies on it."""
         self.serve_panel.set_available(True)  # it serves through the same engine (worker.serving)
         self.panel.set_model_loaded(True)
-        self.panel.set_base_model(not facts.get("chat_template", True))
+        self.panel.set_base_model(not facts.chat_template)
         self.panel.input.setFocus()
-        self.charts.set_reference_tps(self.controller.reference_tps(facts["main_path"]))
-        at_url = facts.get("runs_on") == AT_URL  # the line names the URL, which is its name
-        self._set_pair_label(facts["engine_line"] if at_url else f"{facts['main_name']} · {facts['engine_line']}")
+        self.charts.set_reference_tps(self.controller.reference_tps(facts.main_path))
+        at_url = facts.where == AT_URL  # the line names the URL, which is its name
+        self._set_pair_label(facts.engine_line if at_url else f"{facts.main_name} · {facts.engine_line}")
         how = "connected to" if at_url else "started"
-        self.show_message(f"{how} {facts['engine_line']} in {facts['load_s']:.1f} s")
+        self.show_message(f"{how} {facts.engine_line} in {facts.load_s:.1f} s")
         spec = self.picker.loaded_spec()
         if spec is not None:
             self.settings.setValue("pair/last", json.dumps(spec.__dict__))
@@ -317,8 +320,8 @@ class MainWindow(QMainWindow):
     def _on_reply_finished(self, summary: dict | None, error: str) -> None:
         """A server at a URL that counted no drafts, or counted them only for the whole reply
         (its /metrics): the acceptance charts say so, not zeros or empty axes."""
-        facts = self.loaded_facts or {}
-        if facts.get("runs_on") != AT_URL or summary is None:
+        facts = self.loaded_facts
+        if facts is None or facts.where != AT_URL or summary is None:
             return
         drafted, accepted = summary.get("n_drafted"), summary.get("n_accepted")
         if drafted is None:

@@ -1,45 +1,30 @@
-"""`specula run --engine llama-server`: the reply from llama.cpp's own server, started here on
-127.0.0.1 with the model, draft and --spec-type given (every llama.cpp type, also those Specula's
-own loop does not run: draft-mtp, draft-eagle3, draft-dflash, draft-dspark), streamed and printed
-as `specula run` prints its own: the text, the summary with llama.cpp's drafted/accepted counts,
-and with --json the same fields."""
+"""The door of `specula run`, `serve` and `compare`: a command's arguments parsed once into what
+the engine takes, the reply engine's spec (app.engine.session: a PairSpec for Specula's own loop
+here, a ServerSpec for llama-server started here or a server at a URL) and GenSettings. Nothing
+below app.cli sees an argparse.Namespace; a flag out of range or in conflict is one line, exit 2.
+
+`--engine llama-server` runs llama.cpp's own server and speculation, started here on 127.0.0.1
+with the model, draft and --spec-type given (every llama.cpp type, also those Specula's own loop
+does not run: draft-mtp, draft-eagle3, draft-dflash, draft-dspark)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
-from app.cli.spec_args import IMPLEMENTED, NOT_IMPLEMENTED, UsageError
+from app.cli.flags import backend_kwargs
+from app.cli.spec_args import IMPLEMENTED, NOT_IMPLEMENTED, UsageError, spec_choice
 from app.hub.builtin import resolve_model_arg
 
 if TYPE_CHECKING:
-    from app.engine.llama_server.session import ServerEngine
-    from app.engine.events import RunSummary
+    from app.engine.pair_loader import PairSpec
+    from app.engine.session import ServerSpec
+    from app.engine.settings import GenSettings
 
 SPECULA, LLAMA_SERVER = "specula", "llama-server"
 ENGINES = (SPECULA, LLAMA_SERVER)
 SERVER_ONLY = tuple(t for t in NOT_IMPLEMENTED if t not in IMPLEMENTED)
-
-# C0 controls but newline and tab, DEL and C1: what a terminal acts on (ESC starts a sequence; OSC 52
-# writes the clipboard, a carriage return writes over the line, CSI in C1 as 0x9b).
-_CONTROLS = [c for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"]
-_SURROGATES = range(0xD800, 0xE000)  # JSON's "\ud800" alone: no encoding writes it (print would raise)
-_TERMINAL_SAFE = {**{c: f"\\x{c:02x}" for c in _CONTROLS}, **{c: f"\\u{c:04x}" for c in _SURROGATES}}
-_JSON_SAFE = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_SURROGATES)}  # json.dumps escapes C0 itself
-
-
-def terminal_text(text: str) -> str:
-    """A model's or a server's text as it may reach a terminal: control characters escaped as
-    \\xNN (lone surrogates as \\uNNNN), newline and tab kept. A reply, a model's name or a
-    server's message is not ours to let drive the terminal."""
-    return text.translate(_TERMINAL_SAFE)
-
-
-def terminal_json(line: str) -> str:
-    """A line of JSON (ensure_ascii off) with DEL, C1 controls and lone surrogates as \\u
-    escapes: the same JSON, nothing a terminal acts on or an encoding refuses."""
-    return line.translate(_JSON_SAFE)
+MAX_DRAFT = 1024  # far past any useful draft; 2**31 made the schedule allocate until the OOM killer came
 
 
 def add_engine_flag(parser: argparse.ArgumentParser) -> None:
@@ -129,7 +114,7 @@ _FORWARDED = (("draft_max", "--spec-draft-n-max"), ("draft_min", "--spec-draft-n
               ("draft_p_min", "--spec-draft-p-min"), *((flag[2:].replace("-", "_"), flag) for flag in _SAME_NAME))
 
 
-def server_engine(args: argparse.Namespace) -> "ServerEngine":
+def server_engine(args: argparse.Namespace):
     """The engine run's flags ask for: a server at --server's URL, else llama-server started
     here with llama-server's own names for run's flags, and llama.cpp's defaults for the
     speculative values run leaves at Specula's (a ceiling of 64 for our measured length is not
@@ -158,21 +143,55 @@ def server_engine(args: argparse.Namespace) -> "ServerEngine":
         flash_attn=args.flash_attn, spec_values=tuple(values))
 
 
-def reply_on_server(args: argparse.Namespace, settings, show: Callable[[Iterator], "RunSummary"]):
-    """(summary, plan line) of the reply from llama-server, started for it and stopped after it;
-    `show` consumes the reply's events as they stream (run prints them) and returns the summary."""
-    from app.engine.llama_server.session import ServerSession
+def settings_from_args(args: argparse.Namespace) -> GenSettings:
+    """The flags' reply length, sampling and drafting in the engine's one settings shape (its
+    decode_settings checks what the engine refuses); a flag out of range is one line, exit 2."""
+    from app.engine.settings import GenSettings
 
-    text = args.prompt if args.prompt is not None else Path(args.file).read_text(encoding="utf-8")
+    for name in ("n_predict", "draft_max"):
+        if getattr(args, name, 1) < 1:
+            raise SystemExit(f"specula: error: --{name.replace('_', '-')} must be at least 1")
+    if getattr(args, "draft_max", 1) > MAX_DRAFT:  # the draft-length schedule sizes tables by it
+        raise SystemExit(f"specula: error: --spec-draft-n-max must be at most {MAX_DRAFT}")
+    return GenSettings(
+        max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+        min_p=args.min_p, seed=args.seed, draft_max=args.draft_max, draft_min=args.draft_min,
+        draft_p_min=args.draft_p_min, adaptive_draft=not getattr(args, "draft_fixed", False),
+    )
+
+
+def pair_spec(args: argparse.Namespace) -> PairSpec:
+    """The flags parsed once into the engine's PairSpec; the drafting flags are checked together
+    here (one line, exit 2)."""
+    from app.engine.drafting.factory import MapParams, ModParams
+    from app.engine.pair_loader import PairSpec
+
+    choice = spec_choice(args)
+    return PairSpec(
+        resolve_model_arg(args.model), resolve_model_arg(choice.draft_model) if choice.draft_model else None,
+        ngram=choice.ngram, mod=ModParams(*choice.mod), map_k=MapParams(*choice.map_k),
+        map_k4v=MapParams(*choice.map_k4v), cache_file=choice.cache_file,
+        draft_ctx=getattr(args, "ctx_size_draft", 0) or getattr(args, "ctx_size", 0) or None, device=args.device, dtype=args.dtype,
+        n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=getattr(args, "n_gpu_layers_draft", None),
+        **backend_kwargs(args),
+    )
+
+
+def engine_spec(args: argparse.Namespace) -> "PairSpec | ServerSpec":
+    """The reply engine the flags ask for, parsed once: Specula's own loop here (PairSpec), or
+    llama-server started here or the server at --server (ServerSpec)."""
+    from app.engine.session import ServerSpec
+
+    if engine_of(args) == SPECULA:
+        return pair_spec(args)
     engine = server_engine(args)
-    model = None if engine.url else resolve_model_arg(args.model)
-    with ServerSession(engine, model) as session:
-        messages, text = (_messages(args, text), None) if args.chat else (None, text)
-        summary = show(session.reply_to(settings.max_new_tokens, settings.sampling, messages, text))
-        plan = f"plan: {terminal_text(session.describe())}"  # it names the server's model
-    return summary, plan
+    return ServerSpec(engine, None if engine.url else resolve_model_arg(args.model), check=False)
 
 
-def _messages(args: argparse.Namespace, text: str) -> list[dict[str, str]]:
-    system = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
-    return system + [{"role": "user", "content": text}]
+def local_options(args: argparse.Namespace):
+    """The main model's context (-c) for Specula's own loop; llama-server takes it as its -c."""
+    from app.engine.session import LocalOptions
+
+    return LocalOptions(n_ctx=getattr(args, "ctx_size", 0) or None)
+
+
