@@ -161,7 +161,7 @@ def test_a_model_split_across_two_rpc_workers_and_a_worker_killed_mid_reply(qtbo
 
 
 def test_draft_types_offer_the_draft_models_and_a_worker_off_loopback_is_warned_about(qtbot, data_dir, tiny_paths):
-    from app.engine.llama_server.session import LLAMA_SPEC_TYPES, RPC_WARNING
+    from app.engine.llama_server.spec import LLAMA_SPEC_TYPES, RPC_WARNING
 
     window = open_window(qtbot)
     add_models(qtbot, window, [tiny_paths["llama-f32"], tiny_paths["llama-q8"]])

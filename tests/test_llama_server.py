@@ -314,7 +314,8 @@ def test_a_stream_cut_off_mid_reply_is_one_line():
 def test_a_session_says_a_server_died_mid_reply_and_starts_it_again_on_the_next(tmp_path):
     """The window keeps one session per chat: llama-server dying (an RPC worker gone, out of memory)
     is one line for that reply, and the next reply starts it again."""
-    from app.engine.llama_server.session import ServerEngine, ServerSession
+    from app.engine.llama_server.session import ServerSession
+    from app.engine.llama_server.spec import ServerEngine
     from app.engine.events import DoneEvent
     from app.engine.loop.sampling import SamplingParams
     from tests.tiny_gguf import TinySpec, write_tiny_gguf
@@ -327,14 +328,14 @@ def test_a_session_says_a_server_died_mid_reply_and_starts_it_again_on_the_next(
     model = write_tiny_gguf(tmp_path / "long.gguf", TinySpec(arch="llama", qtype="F32", context_length=8192))
     with ServerSession(ServerEngine(threads=1, ctx_size=8192), model) as session:
         ids = session.prompt_ids(text="Once upon a time")
-        first = [e for e in session.reply(ids, 8, greedy) if isinstance(e, DoneEvent)][0].summary
-        events = session.reply(ids, 8000, greedy, extra={"ignore_eos": True})
+        first = [e for e in session.reply_ids(ids, 8, greedy) if isinstance(e, DoneEvent)][0].summary
+        events = session.reply_ids(ids, 8000, greedy, extra={"ignore_eos": True})
         next(events)
         session._server._process.kill()  # as llama.cpp aborts when a worker goes away
         with pytest.raises(ServerError) as caught:
             list(events)
         assert str(caught.value).startswith("llama-server stopped mid-reply: ")
-        again = [e for e in session.reply(ids, 8, greedy) if isinstance(e, DoneEvent)][0].summary
+        again = [e for e in session.reply_ids(ids, 8, greedy) if isinstance(e, DoneEvent)][0].summary
         assert again.tokens == first.tokens
 
 

@@ -12,7 +12,8 @@ import re
 import pytest
 
 from app.engine.llama_server.client import ServerError
-from app.engine.llama_server.session import ServerEngine, ServerSession
+from app.engine.llama_server.session import ServerSession
+from app.engine.llama_server.spec import ServerEngine
 from app.engine.events import DoneEvent, StepEvent
 from app.engine.loop.sampling import SamplingParams
 from tests.test_llama_server import _run

@@ -142,7 +142,8 @@ def test_a_template_bomb_is_named_before_any_program_renders_it(name):
 
 
 def test_a_template_bomb_starts_no_llama_server(tmp_path):
-    from app.engine.llama_server.session import ServerEngine, ServerSession
+    from app.engine.llama_server.session import ServerSession
+    from app.engine.llama_server.spec import ServerEngine
     from tests.test_llama_server import _require_server
 
     _require_server()

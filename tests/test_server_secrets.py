@@ -13,7 +13,8 @@ import httpx2
 import pytest
 
 from app.engine.llama_server.client import ServerClient, ServerError
-from app.engine.llama_server.session import API_LLAMA, ServerEngine, ServerSession
+from app.engine.llama_server.session import ServerSession
+from app.engine.llama_server.spec import API_LLAMA, ServerEngine
 from app.engine.loop.sampling import SamplingParams
 from tests.test_llama_server import _run
 from tests.test_server_cli import ServerProcess

@@ -71,7 +71,7 @@ def read_api_key(path: str | None, flag: str = "--api-key-file") -> str | None:
 
 
 def check_server_url(url: str) -> str:
-    from app.engine.llama_server.session import check_url
+    from app.engine.llama_server.spec import check_url
 
     try:
         return check_url(url)
@@ -98,7 +98,7 @@ def engine_of(args: argparse.Namespace) -> str:
 
 def rpc_endpoints(value: str) -> list[str]:
     """HOST:PORT,... checked (one line, exit 2, for anything else)."""
-    from app.engine.llama_server.session import check_rpc_endpoints
+    from app.engine.llama_server.spec import check_rpc_endpoints
 
     try:
         return list(check_rpc_endpoints(value))
@@ -120,7 +120,7 @@ def server_engine(args: argparse.Namespace):
     speculative values run leaves at Specula's (a ceiling of 64 for our measured length is not
     llama.cpp's fixed length)."""
     from app.cli.spec_args import add_spec_flags
-    from app.engine.llama_server.session import ServerEngine
+    from app.engine.llama_server.spec import ServerEngine
 
     if getattr(args, "server", None):  # a server someone else runs: its model, its speculation
         return ServerEngine(url=check_server_url(args.server), api_key=read_api_key(args.server_key_file,

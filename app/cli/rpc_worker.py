@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from app.engine.llama_server.session import LOOPBACK_HOSTS, RPC_WARNING
+from app.engine.llama_server.spec import LOOPBACK_HOSTS, RPC_WARNING
 
 WARNING = f"warning: {RPC_WARNING}"
 

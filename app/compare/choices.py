@@ -72,7 +72,7 @@ def resolve_draft(name: str, notice: Notice | None = None, draft_model: str | No
 
 def server_choice(types: str, draft_model: str | None = None) -> DraftChoice:
     """llama-server with llama.cpp's --spec-type list `types` ("+" or "," between them)."""
-    from app.engine.llama_server.session import DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES
+    from app.engine.llama_server.spec import DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES
 
     names = tuple(dict.fromkeys(t.strip() for t in types.replace("+", ",").split(",") if t.strip())) or (NONE,)
     unknown = [t for t in names if t not in LLAMA_SPEC_TYPES]

@@ -30,7 +30,6 @@ from app.compare.results import (
     CANCELLED, COMPLETE, ENGINE_KINDS, FAILED, LLAMA_SERVER, MODEL, NONE, SERVER_URL, CompareRequest, CompareRun, ConfigSpec, MainFacts,
     Progress, PromptResult, save_run,
 )
-from app.compare.server_rows import extra_fields, open_session, row_prompt_ids
 from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
 from app.engine.events import DoneEvent, StepEvent, StopReason
@@ -39,7 +38,9 @@ from app.engine.gguf.info import GGUFInfo
 from app.engine.loader import LoadedModel
 from app.engine.drafting.factory import make_drafter, open_cache
 from app.engine.pair_loader import Headers, PairSpec, check_spec, load_draft_for, load_main
-from app.engine.loop.speculative import DecodeSettings, generate
+from app.engine.loop.speculative import DecodeSettings
+from app.engine.reply_engine import open_session, session_on
+from app.engine.session import Prompt, ServerSpec
 from app.hub.display import display_name
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class Runner:
 
     def _prompt_ids(self, main: LoadedModel, text: str, index: int) -> list[int]:
         ids = render_prompt(main.tokenizer, [{"role": "user", "content": text}])
-        n_ctx = self._kv(main).n_ctx
+        n_ctx = main.kv_model(self._n_ctx()).n_ctx
         if len(ids) + min(self.request.settings.gen.max_tokens, 16) >= n_ctx:
             raise ContextFullError(f"prompt {index + 1} has {len(ids)} tokens: it does not fit the "
                                    f"context of {n_ctx} with a reply (shorten it or raise -c)")
@@ -177,32 +178,43 @@ class Runner:
         """llama-server (started for this round, stopped after it) or a server at a URL: the same
         prompts, warm-up and settings; a server that fails is one error line for its row."""
         config = group[0]
-        session = open_session(self.request, config)
+        self._progress(f"starting {config.label}")
+        session = None
         try:
-            self._progress(f"starting {config.label}")
-            row_ids = [row_prompt_ids(session, config, ours, self.request.prompts[i].text)
-                       for i, ours in enumerate(ids)]
+            session = open_session(server_spec(self.request, config), cancel=self.cancelled)
+            row_prompts = [self._row_prompt(session, config, ours, self.request.prompts[i].text)
+                           for i, ours in enumerate(ids)]
             self._progress(f"warming up {config.name}")
-            self._consume(self._server_reply(main, session, config, row_ids[0], WARMUP_TOKENS))
+            self._consume(self._server_reply(main, session, config, row_prompts[0], WARMUP_TOKENS))
             round_text = f", run {repeat + 1}/{self.repeats}" if self.repeats > 1 else ""
-            for index, prompt_ids in enumerate(row_ids):
+            for index, prompt in enumerate(row_prompts):
                 self._check_cancel()
                 self._progress(f"{config.name} · {self.request.prompts[index].category} "
                                f"({index + 1}/{len(ids)}{round_text})")
-                events = self._server_reply(main, session, config, prompt_ids, self.request.settings.gen.max_tokens)
+                events = self._server_reply(main, session, config, prompt, self.request.settings.gen.max_tokens)
                 result = self._result(config, index, *self._consume(events), None, repeat)
                 self.run_state = self.run_state.with_result(result)
                 self._publish()
+        except LoadCancelled:
+            raise
         except SpeculaError as exc:  # keep going with the other rows
             self.run_state = self.run_state.with_error(config.name, str(exc).splitlines()[0])
             self._publish()
         finally:
-            session.close()
+            if session is not None:
+                session.close()
 
-    def _server_reply(self, main: LoadedModel, session, config: ConfigSpec, ids: list[int], n_predict: int):
-        settings = self._settings(main, config)
-        return session.reply_ids(ids, n_predict, settings.sampling, settings.stop_strings, self.cancelled,
-                             extra_fields(self.request.settings.ignore_eos))
+    def _server_reply(self, main: LoadedModel, session, config: ConfigSpec, prompt: Prompt, n_predict: int):
+        settings = replace(self._settings(main, config), max_new_tokens=n_predict)
+        return session.reply(prompt, settings, self.cancelled)
+
+    @staticmethod
+    def _row_prompt(session, config: ConfigSpec, ours: list[int], text: str) -> Prompt:
+        """Our ids for llama-server on our file; for a server at a URL the prompt as it reads it
+        (its own ids, or the chat for one speaking only OpenAI's API: its model may differ)."""
+        if config.drafter == LLAMA_SERVER:
+            return Prompt.of_ids(ours)
+        return session.tokenize(Prompt.chat([{"role": "user", "content": text}]))[0]
 
     def _load_draft(self, main: LoadedModel, config: ConfigSpec) -> tuple[LoadedModel, DraftCheck]:
         """The configuration's draft model and its check (made on headers before the run, against
@@ -218,8 +230,8 @@ class Runner:
                  repeat: int = 0) -> None:
         self._progress(f"warming up {config.name}")
         settings = replace(self._settings(main, config), max_new_tokens=WARMUP_TOKENS)
-        for _ in generate(self._kv(main), main.tokenizer, ids,
-                          self._drafter(main, draft, config, repeat, warm_up=True), settings, self.cancelled):
+        session = session_on(main, self._drafter(main, draft, config, repeat, warm_up=True), self._n_ctx())
+        for _ in session.reply(Prompt.of_ids(ids), settings, self.cancelled):
             pass
         self._check_cancel()
 
@@ -230,8 +242,8 @@ class Runner:
         cuda = _torch_cuda(main)
         if cuda is not None:
             cuda.reset_cuda_peak()
-        events = generate(self._kv(main), main.tokenizer, ids, self._drafter(main, draft, config, repeat),
-                          self._settings(main, config), self.cancelled)
+        session = session_on(main, self._drafter(main, draft, config, repeat), self._n_ctx())
+        events = session.reply(Prompt.of_ids(ids), self._settings(main, config), self.cancelled)
         summary, timeline = self._consume(events)
         result = self._result(config, index, summary, timeline, peak.value, repeat)
         return replace(result, peak_gpu_bytes=cuda.cuda_peak_bytes() if cuda is not None else None)
@@ -265,8 +277,8 @@ class Runner:
             identical=same if self.request.settings.greedy else None, repeat=repeat,
         )
 
-    def _kv(self, main: LoadedModel):
-        return main.kv_model(self.request.ctx_size or None)
+    def _n_ctx(self) -> int | None:
+        return self.request.ctx_size or None
 
     def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, repeat: int = 0,
                  warm_up: bool = False):
@@ -350,3 +362,18 @@ def _free_memory() -> None:
 def _machine(main: LoadedModel) -> str:
     """What ran the comparison, as the plan line says it (llama.cpp or torch, device, threads)."""
     return main.plan.describe()
+
+
+def server_spec(request: CompareRequest, config: ConfigSpec) -> ServerSpec:
+    """The engine a server row runs on: llama-server started for one round with llama.cpp's own
+    --spec-type list (a fresh server per round: its ngram-mod pool learns across requests, as our
+    n-gram cache does within a round), or the server at the row's URL."""
+    from app.engine.llama_server.spec import ServerEngine
+
+    if config.drafter == LLAMA_SERVER:
+        types = tuple(t for t in config.server_types.split(",") if t)
+        draft = Path(config.draft_path) if config.draft_path else None
+        engine = ServerEngine(spec_types=types, draft=draft, ctx_size=request.ctx_size, rpc=request.rpc,
+                              n_gpu_layers=request.n_gpu_layers, n_gpu_layers_draft=request.n_gpu_layers_draft)
+        return ServerSpec(engine, Path(request.main_path))
+    return ServerSpec(ServerEngine(url=config.server_url, api_key=request.api_key), check=False)

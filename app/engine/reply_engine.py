@@ -23,3 +23,12 @@ def open_session(spec: PairSpec | ServerSpec, progress: Progress | None = None, 
     from app.engine.local_session import open_local
 
     return open_local(spec, progress, cancel, options)
+
+
+def session_on(main, drafter=None, n_ctx: int | None = None) -> Session:
+    """A session in this process on a main model loaded already (app.engine.loader.LoadedModel),
+    drafted for by `drafter` (None: plain decoding), with a KV cache of its own: what Compare
+    opens per reply, so that every row decodes each prompt from an empty cache."""
+    from app.engine.local_session import LocalSession
+
+    return LocalSession.around(main, drafter, n_ctx)

@@ -24,7 +24,7 @@ from app.engine.errors import Cancel
 from app.engine.events import GenerationEvent
 
 if TYPE_CHECKING:
-    from app.engine.llama_server.session import ServerEngine
+    from app.engine.llama_server.spec import ServerEngine
     from app.engine.loop.speculative import DecodeSettings
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done 0..1)

@@ -39,7 +39,7 @@ def engine_spec(spec: PairChoice):
 def server_spec(spec: PairChoice):
     from app.engine.errors import SpeculaError
     from app.engine.llama_server.keys import read_key
-    from app.engine.llama_server.session import ServerEngine, check_rpc_endpoints
+    from app.engine.llama_server.spec import ServerEngine, check_rpc_endpoints
     from app.engine.session import ServerSpec
 
     if spec.runs_on == AT_URL:

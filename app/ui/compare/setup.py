@@ -25,7 +25,7 @@ from app.compare.results import (COMPARE_DEFAULTS, DEFAULT_DRAFT_MAX, LLAMA_SERV
 from app.engine.drafting.compat import check_draft
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.programs import SERVER, find_program, missing_reason
-from app.engine.llama_server.session import check_url
+from app.engine.llama_server.spec import check_url
 from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
 from app.hub.library_entries import LibraryEntry, entry_path
 from app.ui.common.style import small_muted_label

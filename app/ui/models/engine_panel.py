@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLineEdit, QVBoxLayout
 
-from app.engine.llama_server.session import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints, check_url,
+from app.engine.llama_server.spec import (DRAFT_MODEL_TYPES, LLAMA_SPEC_TYPES, RPC_WARNING, check_rpc_endpoints, check_url,
                                              off_loopback)
 from app.ui.common.format import html_text
 from app.ui.common.style import small_muted_label
