@@ -25,6 +25,11 @@ from tests.test_fidelity import SETTINGS, demos  # noqa: F401  (demos: the modul
 pytestmark = pytest.mark.demo
 
 FORCED_32 = dataclasses.replace(SETTINGS, draft_max=32, adaptive_draft=False)
+# What the map proposes is asked about, not whether drafting pays on this machine now: the runs
+# that count accepted drafts draft a pinned length (the adaptive schedule prices drafts by the
+# step costs measured at load, and a busy machine's measured a verify of 4 at 4.7x a token, declined
+# every draft and failed "some drafts were accepted"). The defaults' run keeps the schedule.
+PINNED_8 = dataclasses.replace(SETTINGS, draft_max=8, adaptive_draft=False)
 SHORT_KEY, LONG_DRAFT = MapParams(size_n=4, size_m=16), MapParams(size_n=4, size_m=48)
 
 
@@ -45,7 +50,7 @@ def test_map_types_keep_plain_decodings_reply_or_part_only_at_a_near_tie(demos, 
     kv = main.kv_model()
     for kind in ("ngram-map-k", "ngram-map-k4v"):
         kept = _map(main, kind, SHORT_KEY)
-        runs = {"first": (kept, SETTINGS), "again": (kept, SETTINGS),
+        runs = {"first": (kept, PINNED_8), "again": (kept, PINNED_8),
                 "forced 32": (_map(main, kind, LONG_DRAFT), FORCED_32), "defaults": (make_drafter(main, kind), SETTINGS)}
         summaries = {}
         for name, (drafter, settings) in runs.items():

@@ -107,6 +107,11 @@ def test_chat_streamed_equals_not_streamed_with_usage_and_timings(client):
     assert timings["predicted_n"] == whole.usage.completion_tokens
     assert timings["predicted_per_second"] > 0 and timings["prompt_per_second"] >= 0
     assert 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
+    # One rule for the rate (issue 61 item 3): the steps after the first token, whose logits the
+    # prompt pass gave, the end-of-generation step counted: `run --json`'s decode_tps and
+    # llama-server's own predicted_per_second.
+    steps = timings["predicted_n"] - 1 + int(choice.finish_reason == "stop")
+    assert timings["predicted_per_second"] == pytest.approx(1000 * steps / timings["predicted_ms"], rel=1e-9)
 
     chunks = list(client.chat.completions.create(
         model=MODEL, messages=messages, max_tokens=24, temperature=0, stream=True,
@@ -395,3 +400,17 @@ def test_models_list_names_the_model_as_the_library_does(tiny_paths, tmp_path):
         reply = client.chat.completions.create(model=model.id, messages=[{"role": "user", "content": "hi"}],
                                                max_tokens=2)
         assert reply.model == model.id
+
+
+def test_the_servers_rate_is_run_jsons_decode_tps_for_the_same_reply():
+    """timings.predicted_per_second of a reply is the decode_tps `specula run --json` prints for
+    that reply's summary (RunSummary.to_dict), at an end-of-generation stop and at the limit."""
+    from app.engine.events import RunSummary, StopReason
+    from app.server.openai_format import timings as server_timings
+
+    for stop in (StopReason.EOS, StopReason.MAX_TOKENS):
+        summary = RunSummary(text="abc", tokens=(1, 2, 3, 4), stop_reason=stop, drafter="lookup", n_prompt=10,
+                             n_prompt_evaluated=10, prompt_s=0.05, n_predicted=4, decode_s=0.2, ttft_s=0.06,
+                             n_steps=2, n_drafted=6, n_accepted=3, accepted_by_position=(2, 1),
+                             drafted_by_position=(2, 2))
+        assert server_timings(summary)["predicted_per_second"] == pytest.approx(summary.to_dict()["decode_tps"])

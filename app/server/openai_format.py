@@ -39,6 +39,7 @@ def timings(summary: RunSummary) -> dict[str, Any]:
     """llama-server's fields, computed as it computes them (rates are count / time)."""
     prompt_ms, predicted_ms = summary.prompt_s * 1000, summary.decode_s * 1000
     n_prompt, n_predicted = summary.n_prompt_evaluated, summary.n_predicted
+    decode_tps = summary.decode_tps
     return {
         "cache_n": summary.n_prompt - n_prompt,
         "prompt_n": n_prompt,
@@ -47,8 +48,10 @@ def timings(summary: RunSummary) -> dict[str, Any]:
         "prompt_per_second": 1000 * n_prompt / prompt_ms if prompt_ms > 0 else 0.0,
         "predicted_n": n_predicted,
         "predicted_ms": predicted_ms,
-        "predicted_per_token_ms": predicted_ms / n_predicted if n_predicted else 0.0,
-        "predicted_per_second": 1000 * n_predicted / predicted_ms if predicted_ms > 0 else 0.0,
+        # llama-server's rule, which `run --json`'s decode_tps follows too: the first token came
+        # from the prompt pass, so the rate counts the steps after it (and the end-of-generation step).
+        "predicted_per_token_ms": 1000 / decode_tps if decode_tps > 0 else 0.0,
+        "predicted_per_second": decode_tps,
         "draft_n": summary.n_drafted,
         "draft_n_accepted": summary.n_accepted,
     }
