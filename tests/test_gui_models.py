@@ -242,8 +242,8 @@ def test_the_backend_choice_reaches_the_estimate_and_a_load_replaces_it(qtbot, d
     qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.loaded_facts is not None, timeout=120_000)
     weights = window.loaded_facts.main_weights
-    assert weights["dtype"] == "float32" and weights["bytes"] == info.memory_bytes("float32")
-    assert f"{format_bytes(weights['bytes'])} weights (float32, as loaded)" in offload.detail.text()
+    assert weights.dtype == "float32" and weights.bytes == info.memory_bytes("float32")
+    assert f"{format_bytes(weights.bytes)} weights (float32, as loaded)" in offload.detail.text()
     shot(window, "estimate-torch-loaded")
     picker.set_backend("auto")
     assert "as loaded" not in offload.detail.text()
