@@ -25,7 +25,7 @@ import pytest
 
 from app.engine.llama_server.process import free_port
 from app.engine.llama_server.programs import RPC_SERVER, SERVER
-from tests.test_llama_server import _require_server
+from tests.engine.test_llama_server import _require_server
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

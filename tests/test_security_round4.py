@@ -15,7 +15,7 @@ import pytest
 
 from app.engine.errors import ChatTemplateError
 from app.engine.loop.template_guard import unbounded_reason
-from tests.test_chat_template_hostile import BOMBS
+from tests.engine.test_chat_template_hostile import BOMBS
 from tests.tiny_gguf import CHATML, TinySpec, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def test_a_template_bomb_is_named_before_any_program_renders_it(name):
 def test_a_template_bomb_starts_no_llama_server(tmp_path):
     from app.engine.llama_server.session import ServerSession
     from app.engine.llama_server.spec import ServerEngine
-    from tests.test_llama_server import _require_server
+    from tests.engine.test_llama_server import _require_server
 
     _require_server()
     model = write_tiny_gguf(tmp_path / "bomb.gguf", TinySpec(chat_template=BOMBS["loops-of-loops"]))
@@ -176,7 +176,7 @@ def test_the_line_that_says_why_a_program_stopped_is_the_cause_not_the_backtrace
 def test_a_second_rpc_worker_on_a_taken_port_says_so(tmp_path):
     import socket
 
-    from tests.test_llama_server import _require_server
+    from tests.engine.test_llama_server import _require_server
 
     _require_server()
     with socket.socket() as taken:

@@ -188,7 +188,7 @@ class ModelWorker:
     def _release(self, job: Job) -> None:
         """Free the job's place (once). Called before its last event is posted too: its client
         may send the next request the moment it reads that event, and must find room then, not
-        when this thread gets round to it (with no waiting room, tests/test_server_security.py's
+        when this thread gets round to it (with no waiting room, tests/server/test_server_security.py's
         back-to-back requests got 503 under load)."""
         with self._lock:
             if self._running is job:

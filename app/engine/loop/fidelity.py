@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 # Logits: a gap between the two best tokens below this counts as a tie. Batch and one-token rows
-# of the demo models differ by up to a few hundredths at the leading tokens (tests/test_fidelity.py).
+# of the demo models differ by up to a few hundredths at the leading tokens (tests/engine/test_fidelity.py).
 NEAR_TIE = 0.5
 
 

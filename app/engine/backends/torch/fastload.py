@@ -11,7 +11,7 @@ model is built from pieces transformers already has, fed by our fast header pars
 - the tokenizer: built once by transformers and cached as `tokenizer.json`, keyed by a hash of the
   file's header (which holds the vocabulary), so a second load reads a JSON file.
 
-Only architectures whose result is checked against transformers' own load (tests/test_fastload.py)
+Only architectures whose result is checked against transformers' own load (tests/engine/test_fastload.py)
 take this path; anything else, or any surprise, falls back to transformers.
 """
 
@@ -48,7 +48,7 @@ from app.engine.gguf.info import GGUFInfo, hash_header
 
 log = logging.getLogger(__name__)
 
-# Checked tensor for tensor against transformers' own GGUF load in tests/test_fastload.py.
+# Checked tensor for tensor against transformers' own GGUF load in tests/engine/test_fastload.py.
 FAST_ARCHITECTURES = frozenset({"llama", "qwen2", "gemma3"})
 _MODEL_TYPE = {"gemma3": "gemma3_text"}  # GGUF holds only Gemma 3's text model
 # The embedding and output matrices: the largest tensors, and no architecture's processor
