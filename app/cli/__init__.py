@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specula {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens to stderr")
     parser.add_argument("--self-test", metavar="OUT.png", help="open the window offscreen, run one speculative reply on the demo model, save a screenshot, exit 0 if all went well")
+    # The window offscreen, driven by JSON lines on stdin: `specula bench --via window` starts it.
+    parser.add_argument("--drive-window", action="store_true", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     run.register(sub)
     info.register(sub)
@@ -81,8 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    if args.self_test:
-        return open_window(args.self_test)
+    if args.self_test or args.drive_window:
+        return open_window(args.self_test, drive=args.drive_window)
     if args.command is None:
         parser.print_help()
         return 2
@@ -137,9 +139,9 @@ def term_signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def open_window(self_test: str | None = None) -> int:
+def open_window(self_test: str | None = None, drive: bool = False) -> int:
     """The window lives in app.ui, which imports Qt: imported only here, the one door from the
     command line that pyproject.toml's import contract declares, so that the CLI starts fast."""
     from app.ui.shell.launch import run_window
 
-    return run_window(self_test)
+    return run_window(self_test, drive)

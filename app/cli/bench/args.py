@@ -9,6 +9,10 @@ from app.cli.bench.common import PROMPTS
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    if args.via:
+        from app.cli.bench.where import cmd_bench_where
+
+        return cmd_bench_where(args)
     from app.cli.bench.command import cmd_bench
 
     return cmd_bench(args)
@@ -31,6 +35,10 @@ def register(sub) -> None:
     bench.add_argument("--explain", action="store_true",
                        help="after the table, say for each of our rows why drafting pays here or not: what a drafted "
                             "token and a verify cost against a main-model token, and the acceptance a draft needs")
+    bench.add_argument("--via", metavar="WAY,...", help="time plain decoding and the window's default drafter where "
+                       "users meet them instead, paired round by round: cli (this process), window (the real window "
+                       "offscreen), serve, serve-stream (specula serve over HTTP), llama-server (the peer); "
+                       "e.g. --via cli,window,serve,llama-server -r 6")
     bench.set_defaults(func=_run_bench)
 
 

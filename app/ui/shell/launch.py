@@ -71,9 +71,10 @@ def _install_excepthook() -> None:
     sys.excepthook = hook
 
 
-def run_window(self_test: str | None = None) -> int:
-    """Open the window (or run the self-test writing a screenshot to `self_test`); exit code."""
-    if self_test and not has_display():
+def run_window(self_test: str | None = None, drive: bool = False) -> int:
+    """Open the window (or run the self-test writing a screenshot to `self_test`, or the window
+    driven from another process: app.ui.shell.drive); exit code."""
+    if (self_test or drive) and not has_display():
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         # the offscreen plugin warns about window hints it cannot honour: noise, not a failure
         os.environ.setdefault("QT_LOGGING_RULES", "qt.qpa.*=false")
@@ -91,6 +92,10 @@ def run_window(self_test: str | None = None) -> int:
         from app.ui.shell.selftest import run_self_test
 
         return run_self_test(app, self_test)
+    if drive:
+        from app.ui.shell.drive import run_driver
+
+        return run_driver(app)
 
     from app.engine.errors import SpeculaError
     from app.ui.shell.main_window import MainWindow

@@ -1,0 +1,277 @@
+"""`specula bench --via cli,window,serve,serve-stream,llama-server`: plain decoding and the
+window's default drafter timed where users meet them, paired.
+
+Every way is started and loaded before anything is timed, and stays loaded: Specula's own loop in
+this process (`cli`), the real window offscreen in a child process (`window`: app.ui.shell.drive,
+the worker thread beside Qt's GUI thread, the chat streaming and the charts redrawing), `specula
+serve` in a child process over HTTP (`serve`, and `serve-stream` for the same server streamed), and
+llama-server over HTTP with the same model and llama.cpp's names for the same drafters. Each round
+sends the same chat to every way in turn, the order reversed every other round (A B C C B A ...),
+so that drift and background load fall on all alike; each way's figure is its own decode rate
+(llama.cpp's rule: the steps after the first token), its ratio to `cli` taken within the round,
+and the table shows each ratio's median over the rounds."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from app.cli.bench.common import PROMPTS
+from app.engine.errors import SpeculaError
+
+log = logging.getLogger(__name__)
+
+WAYS = ("cli", "window", "serve", "serve-stream", "llama-server")
+DRAFTERS = ("none", "lookup+ngram-cache+ngram-mod")  # plain decoding and the window's default drafter
+START_TIMEOUT_S = 300.0
+
+
+def spec_types(kind: str) -> list[str]:
+    """llama.cpp's --spec-type names of one of our n-gram kinds ("none" for plain decoding)."""
+    from app.engine.drafting.kinds import KIND_OF_SPEC_TYPE
+
+    names = {kind_: spec for spec, kind_ in KIND_OF_SPEC_TYPE.items()}
+    return [names[part] for part in kind.split("+")] if kind != "none" else ["none"]
+
+
+def cpu_name() -> str:
+    """The CPU's model name as lscpu shows it (every figure names its CPU)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def self_command() -> list[str]:
+    return [sys.executable, "-m", "app"]
+
+
+@dataclass
+class Way:
+    """One place a reply runs: `reply(text, n)` -> decode tok/s; `close()` stops what it started."""
+
+    name: str
+    reply: Callable[[str, int], float]
+    close: Callable[[], None] = lambda: None
+    gui_shares: list[float] = field(default_factory=list)  # the window: its GUI thread's CPU / the reply's wall
+
+
+def open_cli(model: Path, kind: str) -> Way:
+    from app.engine.pair_loader import PairSpec
+    from app.engine.reply_engine import open_session
+    from app.engine.session import Prompt
+    from app.engine.settings import GenSettings
+
+    session = open_session(PairSpec(model, ngram=kind))
+
+    def reply(text: str, n: int) -> float:
+        settings = GenSettings(max_tokens=n, temperature=0.0).decode_settings()
+        events = session.reply(Prompt.chat([{"role": "user", "content": text}]), settings)
+        return [e for e in events][-1].summary.decode_tps
+
+    return Way("cli", reply, session.close)
+
+
+class Window:
+    """The window driven line by line (app.ui.shell.drive) in a child process."""
+
+    def __init__(self, model: Path, kind: str) -> None:
+        from app.engine.llama_server.programs import start_program
+
+        env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen", "QT_LOGGING_RULES": "qt.qpa.*=false"}
+        self.process = start_program([*self_command(), "--drive-window"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.gui_shares: list[float] = []
+        self._answer()  # ready
+        self._ask({"cmd": "load", "main": str(model), "drafter": kind})
+
+    def _ask(self, command: dict) -> dict:
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise SpeculaError("the window closed")
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise SpeculaError(f"the window: {answer.get('error')}")
+        return answer
+
+    def reply(self, text: str, n: int) -> float:
+        answer = self._ask({"cmd": "reply", "text": text, "max_tokens": n})
+        self.gui_shares.append(answer["gui_cpu_s"] / answer["wall_s"] if answer["wall_s"] > 0 else 0.0)
+        return answer["summary"]["decode_tps"]
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - stopping is best effort; kill it
+            self.process.kill()
+
+
+def open_window(model: Path, kind: str) -> Way:
+    window = Window(model, kind)
+    return Way("window", window.reply, window.close, window.gui_shares)
+
+
+class HttpServer:
+    """`specula serve` or llama-server in a child process, asked over OpenAI's chat API; the
+    figure is the server's own timings.predicted_per_second (the same rule for both)."""
+
+    def __init__(self, command: list[str], port: int) -> None:
+        from app.engine.llama_server.programs import start_program
+        from app.engine.remote.http import RemoteHttp
+
+        self.process = start_program(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.http = RemoteHttp(f"http://127.0.0.1:{port}", None, 600.0)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                if self.http.get_json("/health", timeout_s=2.0):
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SpeculaError(f"{command[0]} did not start")
+            time.sleep(0.2)
+
+    def reply(self, text: str, n: int, stream: bool = False) -> float:
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": n, "temperature": 0.0}
+        if not stream:
+            return self.http.post_json("/v1/chat/completions", body)["timings"]["predicted_per_second"]
+        timings = None
+        for chunk in self.http.stream_events("/v1/chat/completions", {**body, "stream": True}):
+            if isinstance(chunk, dict) and "timings" in chunk:
+                timings = chunk["timings"]
+        return timings["predicted_per_second"]
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def open_serve(model: Path, kind: str, stream_too: bool) -> list[Way]:
+    from app.engine.llama_server.process import free_port
+
+    port = free_port()
+    server = HttpServer([*self_command(), "serve", "-m", str(model), "--port", str(port), "--temp", "0",
+                         "--spec-type", ",".join(spec_types(kind))], port)
+    ways = [Way("serve", server.reply, server.close)]
+    if stream_too:
+        ways.append(Way("serve-stream", lambda text, n: server.reply(text, n, stream=True)))
+    return ways
+
+
+def open_llama_server(model: Path, kind: str) -> Way:
+    from app.engine.llama_server.process import free_port
+    from app.engine.llama_server.programs import SERVER, find_program, missing_reason
+
+    program = find_program(SERVER)
+    if program is None:
+        raise SpeculaError(missing_reason(SERVER))
+    port = free_port()
+    types = [t for t in spec_types(kind) if t != "none"]
+    server = HttpServer([str(program), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+                         "--parallel", "1", "--no-webui", "--swa-full", "--temp", "0",
+                         *(["--spec-type", ",".join(types)] if types else [])], port)
+    return Way("llama-server", server.reply, server.close)
+
+
+def open_ways(model: Path, kind: str, ways: list[str]) -> list[Way]:
+    opened: list[Way] = []
+    try:
+        for name in ways:
+            if name == "cli":
+                opened.append(open_cli(model, kind))
+            elif name == "window":
+                opened.append(open_window(model, kind))
+            elif name == "serve":
+                opened += open_serve(model, kind, "serve-stream" in ways)
+            elif name == "llama-server":
+                opened.append(open_llama_server(model, kind))
+    except BaseException:
+        for way in opened:
+            way.close()
+        raise
+    return opened
+
+
+@dataclass
+class Cell:
+    rates: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # to cli in the same round
+
+
+def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cell]:
+    """Each round: every way once, in turn (reversed every other round), warmed up first."""
+    for way in ways:
+        way.reply(text, min(n, 16))
+    cells = {way.name: Cell() for way in ways}
+    for r in range(rounds):
+        order = ways if r % 2 == 0 else list(reversed(ways))
+        rates = {way.name: way.reply(text, n) for way in order}
+        for name, rate in rates.items():
+            cells[name].rates.append(rate)
+            if "cli" in rates and rates["cli"] > 0:
+                cells[name].ratios.append(rate / rates["cli"])
+    return cells
+
+
+def cmd_bench_where(args: Any) -> int:
+    from app.cli.spec_args import UsageError
+    from app.hub.builtin import resolve_model_arg
+
+    wanted = [w.strip() for w in args.via.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in WAYS]
+    if unknown or not wanted:
+        raise UsageError(f"--via: {unknown[0] if unknown else '(none)'} is not one of {', '.join(WAYS)}")
+    if "serve-stream" in wanted and "serve" not in wanted:
+        wanted.append("serve")
+    model = resolve_model_arg(args.model)
+    text = PROMPTS.get(args.prompts.split(",")[0], PROMPTS["code-rewrite"])
+    print(f"# {model.name} on {cpu_name()}: greedy, n={args.n_predict}, {args.repeat} paired rounds per drafter; "
+          f"each way's decode tok/s (median) and its ratio to cli in the same round (median)")
+    names = [w for w in WAYS if w in wanted]
+    print("| drafter | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for kind in DRAFTERS:
+        ways = open_ways(model, kind, [w for w in WAYS if w in wanted])
+        try:
+            cells = run_rounds(ways, text, args.n_predict, max(1, args.repeat))
+        finally:
+            for way in ways:
+                way.close()
+        shown = []
+        for name in names:
+            cell = cells[name]
+            rate = statistics.median(cell.rates)
+            ratio = f" ({statistics.median(cell.ratios):.2f}x)" if name != "cli" and cell.ratios else ""
+            shown.append(f"{rate:.1f}{ratio}")
+        print(f"| {kind} | " + " | ".join(shown) + " |", flush=True)
+        gui = next((way.gui_shares for way in ways if way.gui_shares), None)
+        if gui:
+            print(f"#   {kind}: the window's GUI thread was busy {100 * statistics.median(gui):.0f}% of a reply's wall time")
+        if "serve" in cells and "llama-server" in cells:
+            pairs = [s / l for s, l in zip(cells["serve"].rates, cells["llama-server"].rates) if l > 0]
+            if pairs:
+                print(f"#   {kind}: serve / llama-server, paired median {statistics.median(pairs):.3f}x")
+    return 0

@@ -1,0 +1,45 @@
+"""`specula bench --via ...` (issue 61 item 1): the same chat timed in this process, through the real
+window offscreen, through `specula serve` (plain and streamed) and through llama-server, every way
+loaded at once and paired round by round. A table check, not a timing: its rows, its columns and a
+ratio to cli for every other way."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.engine.llama_server.programs import SERVER, find_program
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(find_program(SERVER) is None, reason="needs llama-server (built from the binding's sdist)")
+def test_bench_via_prints_one_paired_row_per_drafter_for_every_way(tiny_paths):
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "--via", "cli,window,serve,serve-stream,llama-server",
+                           "-m", str(tiny_paths["llama-q8"]), "-n", "8", "-r", "2"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("# llama-q8.gguf on ") and "2 paired rounds" in lines[0]
+    assert lines[1] == "| drafter | cli | window | serve | serve-stream | llama-server |"
+    rows = [line for line in lines if line.startswith("| none |") or line.startswith("| lookup+ngram-cache+ngram-mod |")]
+    assert len(rows) == 2, done.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert re.fullmatch(r"\d+\.\d", cells[0]), row  # cli: its rate
+        for cell in cells[1:]:
+            assert re.fullmatch(r"\d+\.\d \(\d+\.\d\dx\)", cell), row  # every other way: rate (ratio to cli)
+    assert sum("serve / llama-server, paired median" in line for line in lines) == 2
+
+
+def test_bench_via_names_an_unknown_way(tiny_paths, capsys):
+    from app.cli import main
+
+    assert main(["bench", "--via", "cli,telepathy", "-m", str(tiny_paths["llama-q8"])]) == 2
+    assert "--via: telepathy is not one of cli, window, serve, serve-stream, llama-server" in capsys.readouterr().err
