@@ -143,7 +143,7 @@ def test_a_model_split_across_two_rpc_workers_and_a_worker_killed_mid_reply(qtbo
 
         kept = chat_rows(window)
         # On the host's thread, as the first token arrives: the worker goes away mid-reply.
-        window.host.step.connect(lambda _event: procs[1].poll() is None and procs[1].kill(),
+        window.host.steps.connect(lambda _events: procs[1].poll() is None and procs[1].kill(),
                                  Qt.ConnectionType.DirectConnection)
         summary, error = reply_of(qtbot, window, "Tell me everything.", GenSettings(temperature=0.0, max_tokens=8000))
         assert summary is None and error.startswith("llama-server stopped mid-reply") and "\n" not in error

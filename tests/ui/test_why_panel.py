@@ -43,7 +43,7 @@ def test_where_the_draft_pays_the_panel_says_so_and_marks_the_acceptance_above_b
     drafted = accepted = position = 0
     while position < len(matches):
         accepted_here = min(matches[position], 4)
-        panel.add_step(step(4, accepted_here))
+        panel.add_steps((step(4, accepted_here),))
         drafted, accepted, position = drafted + 4, accepted + accepted_here, position + accepted_here + 1
     panel.redraw()
     seen = accepted / drafted
@@ -68,7 +68,7 @@ def test_where_no_draft_can_pay_the_panel_says_it_and_draws_no_crossing(qtbot):
     # A 2-core Zen 4's measured curve for the 1.5B (`specula calibrate`, issue 57), a 0.5B token at 0.61x.
     curve = measured_curve("2-core", {1: 1.0, 2: 1.79, 5: 3.59, 9: 8.26, 17: 12.0, 33: 19.2}, 0.61)
     panel.show_summary({"step_costs": [curve.step(k) for k in range(17)], "draft_token_cost": 0.61})
-    panel.add_step(step(4, 4))
+    panel.add_steps((step(4, 4),))
     panel.redraw()
     assert "no draft can pay on this machine" in panel.words.text() and "you are at 100%" in panel.words.text()
     assert max(panel.prices.speedup(a / 100, 4) for a in range(101)) < 1.0

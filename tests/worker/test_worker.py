@@ -66,11 +66,11 @@ def load_failure(qtbot, host, spec: PairChoice, cancel: bool = False) -> str:
 
 def generate(qtbot, host, request: ChatRequest) -> tuple[dict | None, str, list]:
     steps: list = []
-    host.step.connect(steps.append)
+    host.steps.connect(steps.extend)
     try:
         summary, error = wait_for(qtbot, host.finished, lambda: host.generate(request))
     finally:
-        host.step.disconnect(steps.append)
+        host.steps.disconnect(steps.extend)
     return summary, error, steps
 
 
@@ -113,12 +113,12 @@ def test_cancel_stops_a_reply_and_keeps_what_was_generated(qtbot, host, tiny_pat
     load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     steps: list = []
 
-    def on_step(event) -> None:
-        steps.append(event)
-        if len(steps) == 3:
+    def on_steps(events) -> None:
+        steps.extend(events)
+        if len(steps) >= 3:
             host.cancel()
 
-    host.step.connect(on_step)
+    host.steps.connect(on_steps)
     request = ChatRequest((), "Tell me a long story.", "", GenSettings(temperature=0.0, max_tokens=400))
     summary, error = wait_for(qtbot, host.finished, lambda: host.generate(request))
     assert error == "" and summary["stop_reason"] == "cancelled"
@@ -185,7 +185,7 @@ def test_jobs_run_on_the_host_thread_and_calls_return_at_once(qtbot, host, tiny_
     load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     emitted_on: list[int] = []
     record = lambda _event: emitted_on.append(threading.get_ident())  # noqa: E731
-    host.step.connect(record, Qt.ConnectionType.DirectConnection)  # runs in the emitting thread
+    host.steps.connect(record, Qt.ConnectionType.DirectConnection)  # runs in the emitting thread
     request = ChatRequest((), "Tell me a story.", "", GenSettings(temperature=0.0, max_tokens=200))
     call_s: list[float] = []
 
@@ -198,7 +198,7 @@ def test_jobs_run_on_the_host_thread_and_calls_return_at_once(qtbot, host, tiny_
         wait_for(qtbot, host.finished, start)
         assert call_s[0] < 0.05
     finally:
-        host.step.disconnect(record)
+        host.steps.disconnect(record)
     assert emitted_on and set(emitted_on) != {threading.get_ident()}
 
 
@@ -258,3 +258,25 @@ def test_the_ngram_cache_learns_from_chat_replies_and_is_kept_across_restarts(qt
         assert again["n_accepted"] > plain["n_accepted"]
     finally:
         assert second.stop(30)
+
+
+def test_a_replys_steps_reach_the_gui_thread_in_batches_the_first_at_once(qtbot, host, tiny_paths):
+    """Each hand-off wakes the GUI thread (on two cores, time taken from llama.cpp's spinning
+    threads): a fast reply's steps arrive together, at most every STEPS_EVERY_S, the first alone
+    (the time to first token), every step once and in order."""
+    from app.worker.host import STEPS_EVERY_S
+
+    load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
+    batches: list = []
+    host.steps.connect(batches.append)
+    try:
+        summary, error = wait_for(qtbot, host.finished, lambda: host.generate(
+            ChatRequest((), "Tell me a story.", "", GenSettings(temperature=0.0, max_tokens=200))))
+    finally:
+        host.steps.disconnect(batches.append)
+    steps = [event for batch in batches for event in batch]
+    assert error == "" and len(batches[0]) == 1
+    assert "".join(step.text for step in steps) == summary["text"]
+    assert [s.timestamp for s in steps] == sorted(s.timestamp for s in steps)
+    span = steps[-1].timestamp - steps[0].timestamp
+    assert len(batches) <= 2 + span / STEPS_EVERY_S < len(steps), (len(batches), len(steps), span)

@@ -1,10 +1,10 @@
 """What Send, Stop, Regenerate, edit-and-resend and New chat do, and where replies are saved.
 
 A reply is saved while it streams: its history row is created empty (complete=False) before the
-first token, its text and draft spans are written every SAVE_MS, and the last write (with the
-stats and complete=True) happens when the host reports the end, also after Stop or an error.
-A crash therefore loses at most the last SAVE_MS of a reply, and a restart shows what was saved
-as a partial reply.
+first token, its text and draft spans are written every SAVE_EVERY_S, and the last write (with
+the stats and complete=True) happens when the host reports the end, also after Stop or an error.
+A crash therefore loses at most the last SAVE_EVERY_S of a reply, and a restart shows what was
+saved as a partial reply.
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ from PySide6.QtCore import QObject, QSettings, QTimer, Signal
 
 from app.ui.chat.history import DEFAULT_TITLE, HistoryError, HistoryStore, title_from
 from app.ui.chat.panel import ChatPanel
+from app.ui.common.budget import FrameBudget
 from app.worker.host import ModelHost
 from app.worker.requests import ChatRequest, GenSettings
 
 log = logging.getLogger(__name__)
 
-SAVE_MS = 100  # the streaming reply is re-rendered and saved this often
+SHOW_HZ = 10  # the streaming reply is re-rendered at most this often...
+SHOW_SHARE = 0.02  # ...and less often where rendering it would take more of a core (app.ui.common.budget)
+SAVE_EVERY_S = 1.0  # and saved this often while it streams (whole and complete when it ends)
 _NOT_SAVED = ("tokens", "text")  # bulky summary fields: the text is the message itself
 
 
@@ -34,7 +37,8 @@ class StreamingReply:
         self.chat_id, self.message_id = chat_id, message_id
         self.text = ""
         self.spans: list[list[int]] = []
-        self.dirty = False
+        self.dirty = False  # text not saved yet
+        self.unshown = False  # text not rendered yet
         self.n_steps = 0
         self.stopping = False  # Stop was asked for
 
@@ -49,7 +53,7 @@ class StreamingReply:
                 self.spans.append([start, start + n_draft])
         self.text += event.text
         self.n_steps += 1
-        self.dirty = True
+        self.dirty = self.unshown = True
 
 
 class ChatController(QObject):
@@ -69,11 +73,14 @@ class ChatController(QObject):
         self.stream: StreamingReply | None = None
         self.editing_id: int | None = None
 
+        self._show_budget = FrameBudget(SHOW_HZ, SHOW_SHARE)
+        self._saved_at = 0.0
         self._timer = QTimer(self)
-        self._timer.setInterval(SAVE_MS)
-        self._timer.timeout.connect(self.flush)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(self._show_budget.interval_ms())
+        self._timer.timeout.connect(self._tick)
 
-        host.step.connect(self._on_step)
+        host.steps.connect(self._on_steps)
         host.finished.connect(self._on_finished)
         panel.sendRequested.connect(self.send)
         panel.stopRequested.connect(self.stop)
@@ -234,26 +241,40 @@ class ChatController(QObject):
         self.charts.set_reference_tps(self.reference_tps(self._loaded_main()))
         request = ChatRequest(tuple(history), user_text, self.panel.system_prompt.toPlainText(), settings,
                               plain=self.panel.plain_toggle.isChecked())
-        self._timer.start()
+        self._saved_at = time.monotonic()  # the empty row was just written
+        self._timer.start(self._show_budget.interval_ms())
         self.busyChanged.emit(True)
         self.host.generate(request)
 
     # --- streaming ----------------------------------------------------------------------------
 
-    def _on_step(self, event: Any) -> None:
+    def _on_steps(self, events: tuple) -> None:
         if self.stream is None:
             return
-        self.stream.add(event)
-        self.charts.add_step(event)
+        for event in events:
+            self.stream.add(event)
+            self.charts.add_step(event)
 
-    def flush(self) -> None:
-        """Show and save what arrived since the last flush (the timer calls this)."""
+    def _tick(self) -> None:
+        started = time.perf_counter()
+        self.flush(save=time.monotonic() - self._saved_at >= SAVE_EVERY_S)
+        self._show_budget.framed(time.perf_counter() - started)
+        if self.stream is not None:
+            self._timer.start(self._show_budget.interval_ms())
+
+    def flush(self, save: bool = True) -> None:
+        """Show what arrived since the last flush, and save it unless `save` is False (the timer
+        saves once a second: the reply is saved whole when it ends)."""
         stream = self.stream
-        if stream is None or not stream.dirty:
+        if stream is None:
+            return
+        if stream.unshown and stream.chat_id == self.chat_id:
+            self.panel.view.update_stream(stream.text, stream.spans)
+            stream.unshown = False
+        if not save or not stream.dirty:
             return
         stream.dirty = False
-        if stream.chat_id == self.chat_id:
-            self.panel.view.update_stream(stream.text, stream.spans)
+        self._saved_at = time.monotonic()
         try:
             self.store.update_message(stream.message_id, stream.text, draft_spans=stream.spans)
         except HistoryError as exc:  # e.g. the chat was deleted meanwhile: keep streaming on screen

@@ -11,6 +11,7 @@ next until a reply brings new ones.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pyqtgraph as pg
@@ -20,6 +21,9 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.engine.loop.explain import Prices
 from app.ui.chat.charts import ACCEPT, SPEED, theme_plots
+from app.ui.common.budget import FrameBudget, TimedPlotWidget
+
+WHY_SHARE = 0.01  # of one core while a reply streams: the sentence and its curve change slowly
 
 _ACCEPTANCES = [a / 100 for a in range(0, 101, 2)]
 _NOTHING_PRICED = ("Nothing to weigh yet: a reply with a drafter the schedule prices (a draft model or "
@@ -33,15 +37,16 @@ class WhyPanel(QWidget):
         super().__init__(parent)
         self.prices: Prices | None = None
         self._drafted = self._accepted = 0
+        self.budget = FrameBudget(redraw_hz, WHY_SHARE)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
-        self._timer.setInterval(max(1, round(1000 / redraw_hz)))
+        self._timer.setInterval(self.budget.interval_ms())
         self._timer.timeout.connect(self.redraw)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
-        self._plot = pg.PlotWidget()
+        self._plot = TimedPlotWidget(self.budget)
         self._plot.setMinimumWidth(160)
         self._plot.setFixedHeight(120)  # small: the live charts below keep the room
         item = self._plot.getPlotItem()
@@ -80,12 +85,12 @@ class WhyPanel(QWidget):
         self._drafted = self._accepted = 0
         self.redraw()
 
-    def add_step(self, event: Any) -> None:
-        if event.n_drafted:
+    def add_steps(self, events: tuple) -> None:
+        for event in events:
             self._drafted += event.n_drafted
             self._accepted += event.n_accepted
-            if not self._timer.isActive():
-                self._timer.start()
+        if any(event.n_drafted for event in events) and not self._timer.isActive():
+            self._timer.start(self.budget.interval_ms())
 
     def show_summary(self, summary: dict[str, Any] | None) -> None:
         """A finished reply's prices and acceptance (its summary dict); a reply that priced
@@ -103,6 +108,13 @@ class WhyPanel(QWidget):
         return self._accepted / self._drafted if self._drafted else None
 
     def redraw(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._draw()
+        finally:
+            self.budget.framed(time.perf_counter() - started)
+
+    def _draw(self) -> None:
         if self.prices is None:
             for part in (self._curve, self._seen, self._dot):
                 part.hide()

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 
 from PySide6.QtCore import QObject, Signal
 
@@ -31,7 +32,8 @@ from app.worker.requests import GenSettings
 
 
 class Driver(QObject):
-    """Runs one command at a time on the GUI thread, as a user's clicks would."""
+    """Runs one command at a time on the GUI thread, as a user's clicks would: the next waits
+    until the one before it has answered."""
 
     command = Signal(dict)  # from the stdin reader thread, queued to the GUI thread
 
@@ -39,10 +41,26 @@ class Driver(QObject):
         super().__init__()
         self.app, self.window = app, window
         self._started = (0.0, 0.0)
-        self.command.connect(self._run)
+        self._waiting: deque[dict] = deque()
+        self._busy = False
+        self.command.connect(self._queue)
         window.host.loaded.connect(self._on_loaded)
         window.host.loadFailed.connect(self._on_failed)
         window.controller.replyFinished.connect(self._on_reply)
+
+    def _queue(self, command: dict) -> None:
+        self._waiting.append(command)
+        self._next()
+
+    def _next(self) -> None:
+        if not self._busy and self._waiting:
+            self._busy = True
+            self._run(self._waiting.popleft())
+
+    def _answer(self, message: dict) -> None:
+        answer(message)
+        self._busy = False
+        self._next()
 
     def _run(self, command: dict) -> None:
         what = command.get("cmd")
@@ -54,9 +72,9 @@ class Driver(QObject):
             elif what == "quit":
                 self.app.exit(0)
             else:
-                answer({"ok": False, "error": f"unknown command {what!r}"})
+                self._answer({"ok": False, "error": f"unknown command {what!r}"})
         except Exception as exc:  # noqa: BLE001 - one line back to the bench, never a dead window
-            answer({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            self._answer({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
 
     def _load(self, command: dict) -> None:
         window, main = self.window, str(command["main"])
@@ -72,10 +90,10 @@ class Driver(QObject):
 
     def _on_loaded(self, facts) -> None:
         shown = {k: v for k, v in dataclasses.asdict(facts).items() if isinstance(v, (str, int, float, type(None)))}
-        answer({"ok": True, "facts": shown})
+        self._answer({"ok": True, "facts": shown})
 
     def _on_failed(self, message: str) -> None:
-        answer({"ok": False, "error": message})
+        self._answer({"ok": False, "error": message})
 
     def _reply(self, command: dict) -> None:
         window = self.window
@@ -89,8 +107,8 @@ class Driver(QObject):
         """The summary, and the GUI thread's CPU seconds against the reply's wall seconds: what
         the window itself took from the cores the engine's threads wanted meanwhile."""
         cpu, wall = (time.thread_time() - self._started[0], time.monotonic() - self._started[1])
-        answer({"ok": not error and summary is not None, "summary": summary, "error": error,
-                "gui_cpu_s": cpu, "wall_s": wall})
+        self._answer({"ok": not error and summary is not None, "summary": summary, "error": error,
+                      "gui_cpu_s": cpu, "wall_s": wall})
 
 
 def answer(message: dict) -> None:

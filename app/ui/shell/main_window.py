@@ -221,7 +221,7 @@ class MainWindow(QMainWindow):
         self.controller.replyFinished.connect(self._on_reply_finished)
         self.controller.replyFinished.connect(lambda summary, _error: self.why.show_summary(summary))
         self.controller.busyChanged.connect(lambda busy: busy and self.why.reset())
-        self.host.step.connect(self.why.add_step)
+        self.host.steps.connect(self.why.add_steps)
         self.controller.chatOpened.connect(self._on_chat_opened)
         self.chat_list.chatSelected.connect(self._on_chat_selected)
         self.chat_list.newChatRequested.connect(self.controller.new_chat)

@@ -47,7 +47,7 @@ class SelfTest(QObject):
         # the host's signals would run on the host's thread.
         window.host.loadFailed.connect(self._on_load_failed)
         window.controller.replyFinished.connect(self._on_reply)
-        window.host.step.connect(self._on_step)
+        window.host.steps.connect(self._on_steps)
         QTimer.singleShot(int(timeout_s * 1000), lambda: self.fail(f"timed out after {timeout_s:.0f} s while {self.stage}"))
 
     def _on_library(self, entries: list) -> None:
@@ -80,7 +80,7 @@ class SelfTest(QObject):
         if not self.window.controller.send(PROMPT):
             self.fail("the message was not sent")
 
-    def _on_step(self, event) -> None:
+    def _on_steps(self, events) -> None:
         if self.first_token_s is None:
             self.first_token_s = seconds_since_launch()
 
