@@ -24,6 +24,7 @@ import threading
 import time
 from typing import AsyncIterator, Sequence
 
+from app.common.batches import Batcher
 from app.engine.errors import ContextFullError, SpeculaError
 from app.engine.events import DoneEvent, RunSummary, StepEvent, StopReason
 from app.engine.loop.speculative import DecodeSettings
@@ -58,10 +59,18 @@ class Job:
 
     def post(self, item: JobItem) -> None:
         """From the worker thread. If the loop is gone (server stopped) nobody is listening: stop."""
+        self.post_all((item,))
+
+    def post_all(self, items: tuple) -> None:
+        """Several items with one wake-up of the event loop (app.common.batches says why)."""
         try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._put_all, items)
         except RuntimeError:
             self._cancel.set()
+
+    def _put_all(self, items: tuple) -> None:
+        for item in items:
+            self._items.put_nowait(item)
 
     async def events(self) -> AsyncIterator[StepEvent | DoneEvent]:
         """StepEvents, then the DoneEvent; a failure is raised as the ApiError the client gets."""
@@ -198,6 +207,7 @@ class ModelWorker:
 
     def _generate(self, job: Job) -> None:
         previous, self._cache_client = self._cache_client, None  # unknown until this one ends well
+        steps = Batcher(job.post_all)
         try:
             for event in self.served.generate(job.prompt_ids, job.settings, job.cancelled):
                 if isinstance(event, DoneEvent):
@@ -205,13 +215,19 @@ class ModelWorker:
                     self._cache_client = job.client
                     self.stats.record(event.summary)
                     self._release(job)
-                job.post(event)
+                    steps.add(event)
+                    steps.send()
+                else:
+                    steps.add(event)
         except ContextFullError as exc:
+            steps.send()
             self._failed(job, context_exceeded(str(exc), "messages"))
         except SpeculaError as exc:
+            steps.send()
             self._failed(job, ApiError(500, str(exc), "generation_failed", error_type="server_error"))
         except Exception:
             log.exception("generation failed")
+            steps.send()
             self._failed(job, internal_error())
 
     def _failed(self, job: Job, error: ApiError) -> None:

@@ -15,17 +15,16 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.common.batches import Batcher
 from app.worker.requests import ChatRequest, PairChoice
 
 log = logging.getLogger(__name__)
 
-STEPS_EVERY_S = 0.05  # a reply's steps reach the GUI thread at most 20 times a second
 
 
 def one_line(exc: BaseException) -> str:
@@ -45,7 +44,7 @@ class ModelHost(QObject):
     loadProgress = Signal(str, float)  # stage, fraction 0..1 of the whole pair
     loaded = Signal(object)  # app.engine.session.Facts (engine_calls.window_facts)
     loadFailed = Signal(str)  # one line; also "loading cancelled"
-    steps = Signal(object)  # a tuple of app.engine.events.StepEvent: a reply's steps of up to STEPS_EVERY_S
+    steps = Signal(object)  # a tuple of app.engine.events.StepEvent: a reply's steps of up to batches.EVERY_S
     finished = Signal(object, str)  # RunSummary.to_dict() or None, error line or ""
 
     _probeRequested = Signal()
@@ -151,7 +150,7 @@ class ModelHost(QObject):
         summary: dict[str, Any] | None = None
         error = ""
         session = self._session
-        batch = StepBatch(self.steps.emit)
+        batch = Batcher(self.steps.emit)  # app.common.batches says why
         try:
             if session is None:
                 raise SpeculaError("no model is loaded: pick a main model and press Load")
@@ -190,29 +189,6 @@ class ModelHost(QObject):
                 torch.cuda.empty_cache()
         except Exception:  # freeing is best effort
             pass
-
-
-class StepBatch:
-    """A reply's steps handed to the GUI thread together, at most every STEPS_EVERY_S (the first
-    at once, for the time to first token): each hand-off wakes the GUI thread, and on two cores a
-    woken thread takes its time from llama.cpp's, whose threads spin while they wait for each
-    other. The window shows text and charts at 10-15 Hz, so nothing it shows arrives later."""
-
-    def __init__(self, send: Any) -> None:
-        self._send = send
-        self._pending: list = []
-        self._sent_at: float | None = None
-
-    def add(self, event: Any) -> None:
-        self._pending.append(event)
-        if self._sent_at is None or time.monotonic() - self._sent_at >= STEPS_EVERY_S:
-            self.send()
-
-    def send(self) -> None:
-        if self._pending:
-            events, self._pending = tuple(self._pending), []
-            self._send(events)
-            self._sent_at = time.monotonic()
 
 
 def raise_cancelled() -> None:

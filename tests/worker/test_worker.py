@@ -264,7 +264,7 @@ def test_a_replys_steps_reach_the_gui_thread_in_batches_the_first_at_once(qtbot,
     """Each hand-off wakes the GUI thread (on two cores, time taken from llama.cpp's spinning
     threads): a fast reply's steps arrive together, at most every STEPS_EVERY_S, the first alone
     (the time to first token), every step once and in order."""
-    from app.worker.host import STEPS_EVERY_S
+    from app.common.batches import EVERY_S as STEPS_EVERY_S
 
     load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     batches: list = []
