@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 WAYS = ("cli", "window", "serve", "serve-stream", "llama-server")
 DRAFTERS = ("none", "lookup+ngram-cache+ngram-mod")  # plain decoding and the window's default drafter
 START_TIMEOUT_S = 300.0
+# A pause before each timed reply: the way before it may still be finishing up (the window
+# renders and saves the reply it just ended, a server logs), work that would fall on the next.
+SETTLE_S = 0.5
 
 
 def spec_types(kind: str) -> list[str]:
@@ -228,7 +231,10 @@ def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cel
     cells = {way.name: Cell() for way in ways}
     for r in range(rounds):
         order = ways if r % 2 == 0 else list(reversed(ways))
-        rates = {way.name: way.reply(text, n) for way in order}
+        rates = {}
+        for way in order:
+            time.sleep(SETTLE_S)
+            rates[way.name] = way.reply(text, n)
         for name, rate in rates.items():
             cells[name].rates.append(rate)
             if "cli" in rates and rates["cli"] > 0:
