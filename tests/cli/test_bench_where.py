@@ -34,7 +34,7 @@ def test_bench_via_prints_one_paired_row_per_drafter_for_every_way(tiny_paths):
         cells = [c.strip() for c in row.strip("|").split("|")][1:]
         assert re.fullmatch(r"\d+\.\d", cells[0]), row  # cli: its rate
         for cell in cells[1:]:
-            assert re.fullmatch(r"\d+\.\d \(\d+\.\d\dx\)", cell), row  # every other way: rate (ratio to cli)
+            assert re.fullmatch(r"\d+\.\d \(\d+\.\d\dx\)( †\d)?", cell), row  # every other way: rate (ratio to cli)
     assert sum("serve / llama-server, paired median" in line for line in lines) == 2
 
 

@@ -63,10 +63,11 @@ def self_command() -> list[str]:
 
 @dataclass
 class Way:
-    """One place a reply runs: `reply(text, n)` -> decode tok/s; `close()` stops what it started."""
+    """One place a reply runs: `reply(text, n)` -> (decode tok/s, the reply's text); `close()`
+    stops what it started."""
 
     name: str
-    reply: Callable[[str, int], float]
+    reply: Callable[[str, int], tuple[float, str]]
     close: Callable[[], None] = lambda: None
     gui_shares: list[float] = field(default_factory=list)  # the window: its GUI thread's CPU / the reply's wall
 
@@ -79,10 +80,10 @@ def open_cli(model: Path, kind: str) -> Way:
 
     session = open_session(PairSpec(model, ngram=kind))
 
-    def reply(text: str, n: int) -> float:
+    def reply(text: str, n: int) -> tuple[float, str]:
         settings = GenSettings(max_tokens=n, temperature=0.0).decode_settings()
-        events = session.reply(Prompt.chat([{"role": "user", "content": text}]), settings)
-        return [e for e in events][-1].summary.decode_tps
+        summary = [e for e in session.reply(Prompt.chat([{"role": "user", "content": text}]), settings)][-1].summary
+        return summary.decode_tps, summary.text
 
     return Way("cli", reply, session.close)
 
@@ -114,10 +115,10 @@ class Window:
             raise SpeculaError(f"the window: {answer.get('error')}")
         return answer
 
-    def reply(self, text: str, n: int) -> float:
-        answer = self._ask({"cmd": "reply", "text": text, "max_tokens": n})
+    def reply(self, text: str, n: int) -> tuple[float, str]:
+        answer = self._ask({"cmd": "reply", "text": text, "max_tokens": n, "plain": False})
         self.gui_shares.append(answer["gui_cpu_s"] / answer["wall_s"] if answer["wall_s"] > 0 else 0.0)
-        return answer["summary"]["decode_tps"]
+        return answer["summary"]["decode_tps"], answer["summary"]["text"]
 
     def close(self) -> None:
         try:
@@ -154,15 +155,19 @@ class HttpServer:
                 raise SpeculaError(f"{command[0]} did not start")
             time.sleep(0.2)
 
-    def reply(self, text: str, n: int, stream: bool = False) -> float:
+    def reply(self, text: str, n: int, stream: bool = False) -> tuple[float, str]:
         body = {"messages": [{"role": "user", "content": text}], "max_tokens": n, "temperature": 0.0}
         if not stream:
-            return self.http.post_json("/v1/chat/completions", body)["timings"]["predicted_per_second"]
-        timings = None
+            whole = self.http.post_json("/v1/chat/completions", body)
+            return whole["timings"]["predicted_per_second"], whole["choices"][0]["message"]["content"]
+        timings, parts = None, []
         for chunk in self.http.stream_events("/v1/chat/completions", {**body, "stream": True}):
-            if isinstance(chunk, dict) and "timings" in chunk:
-                timings = chunk["timings"]
-        return timings["predicted_per_second"]
+            if not isinstance(chunk, dict):
+                continue
+            timings = chunk.get("timings", timings)
+            for choice in chunk.get("choices") or ():
+                parts.append((choice.get("delta") or {}).get("content") or "")
+        return timings["predicted_per_second"], "".join(parts)
 
     def close(self) -> None:
         self.process.terminate()
@@ -222,6 +227,7 @@ def open_ways(model: Path, kind: str, ways: list[str]) -> list[Way]:
 class Cell:
     rates: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)  # to cli in the same round
+    other_text: int = 0  # rounds whose reply was not cli's (another prompt or a near-tie)
 
 
 def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cell]:
@@ -231,14 +237,16 @@ def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cel
     cells = {way.name: Cell() for way in ways}
     for r in range(rounds):
         order = ways if r % 2 == 0 else list(reversed(ways))
-        rates = {}
+        replies = {}
         for way in order:
             time.sleep(SETTLE_S)
-            rates[way.name] = way.reply(text, n)
-        for name, rate in rates.items():
+            replies[way.name] = way.reply(text, n)
+        cli_rate, cli_text = replies.get("cli", (0.0, None))
+        for name, (rate, reply_text) in replies.items():
             cells[name].rates.append(rate)
-            if "cli" in rates and rates["cli"] > 0:
-                cells[name].ratios.append(rate / rates["cli"])
+            if cli_rate > 0:
+                cells[name].ratios.append(rate / cli_rate)
+            cells[name].other_text += int(cli_text is not None and reply_text != cli_text)
     return cells
 
 
@@ -255,7 +263,8 @@ def cmd_bench_where(args: Any) -> int:
     model = resolve_model_arg(args.model)
     text = PROMPTS.get(args.prompts.split(",")[0], PROMPTS["code-rewrite"])
     print(f"# {model.name} on {cpu_name()}: greedy, n={args.n_predict}, {args.repeat} paired rounds per drafter; "
-          f"each way's decode tok/s (median) and its ratio to cli in the same round (median)")
+          f"each way's decode tok/s (median) and its ratio to cli in the same round (median); "
+          f"†N: N rounds whose reply was not cli's")
     names = [w for w in WAYS if w in wanted]
     print("| drafter | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
@@ -271,7 +280,8 @@ def cmd_bench_where(args: Any) -> int:
             cell = cells[name]
             rate = statistics.median(cell.rates)
             ratio = f" ({statistics.median(cell.ratios):.2f}x)" if name != "cli" and cell.ratios else ""
-            shown.append(f"{rate:.1f}{ratio}")
+            other = f" †{cell.other_text}" if cell.other_text else ""  # rounds with another reply than cli's
+            shown.append(f"{rate:.1f}{ratio}{other}")
         print(f"| {kind} | " + " | ".join(shown) + " |", flush=True)
         gui = next((way.gui_shares for way in ways if way.gui_shares), None)
         if gui:

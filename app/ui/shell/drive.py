@@ -6,7 +6,7 @@ It uses a temporary data folder (never the user's chats or settings). Each line 
 JSON command; each answer is one JSON line on stdout:
 
     {"cmd": "load", "main": PATH, "drafter": KIND, "draft": PATH | null}  -> {"ok": true, "facts": {...}}
-    {"cmd": "reply", "text": TEXT, "max_tokens": N}                        -> {"ok": true, "summary": {...}}
+    {"cmd": "reply", "text": TEXT, "max_tokens": N, "plain": false}        -> {"ok": true, "summary": {...}}
     {"cmd": "quit"}
 
 A reply starts a new chat first (each reply answers the same prompt afresh, as in the other
@@ -99,6 +99,9 @@ class Driver(QObject):
         window = self.window
         window.controller.new_chat()
         window.gen_form.set_settings(GenSettings(temperature=0.0, max_tokens=int(command.get("max_tokens", 64))))
+        # The chat frame, as the other ways get it: the window turns plain completion on for a
+        # model without a chat template, which would answer another prompt.
+        window.panel.plain_toggle.setChecked(bool(command.get("plain", False)))
         self._started = (time.thread_time(), time.monotonic())
         if not window.controller.send(str(command["text"])):
             raise ValueError("the message was not sent")
