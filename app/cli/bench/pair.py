@@ -73,12 +73,12 @@ def cmd_bench_pair(args: argparse.Namespace) -> int:
         raise SystemExit("specula: error: -n and -r must be at least 1")
     settings = LlamaSettings(threads=max(0, args.threads))
     main = load_model(resolve_model_arg(args.model), backend="llama.cpp", llama=settings)
-    draft, _ = load_draft_for(main, PairSpec(main.path, resolve_model_arg(args.model_draft), backend="llama.cpp",
+    draft, check = load_draft_for(main, PairSpec(main.path, resolve_model_arg(args.model_draft), backend="llama.cpp",
                                              llama=settings))
     threads = settings.thread_count()
     ids = {p: render_prompt(main.tokenizer, [{"role": "user", "content": PROMPTS[p]}]) for p in names}
     n_ctx = max(len(v) for v in ids.values()) + args.n_predict + max(lengths + [16]) + 8
-    rows = _rows(args, main, draft, lengths, threads, n_ctx)
+    rows = _rows(args, main, draft, check, lengths, threads, n_ctx)
     judge = _judge(main, n_ctx)
     for row in rows:  # warm-up: weights paged in, the kernels' first-call costs paid
         row.run(ids[names[0]], 8)
@@ -115,14 +115,15 @@ def _judge(main: Any, n_ctx: int) -> Callable[[list[int], list[int], list[int]],
     return judge
 
 
-def _rows(args: argparse.Namespace, main: Any, draft: Any, lengths: list[int], threads: int, n_ctx: int) -> list[Row]:
+def _rows(args: argparse.Namespace, main: Any, draft: Any, check: Any, lengths: list[int], threads: int,
+          n_ctx: int) -> list[Row]:
     from app.engine.drafting.drafters import NoDrafter
     from app.engine.drafting.factory import make_drafter
     from app.engine.loop.sampling import SamplingParams
     from app.engine.loop.speculative import DecodeSettings
 
     greedy = SamplingParams(temperature=0.0)
-    drafter = make_drafter(main, draft=draft, draft_ctx=n_ctx)
+    drafter = make_drafter(main, draft=draft, draft_ctx=n_ctx, check=check)  # the pair checked once, above
     rows = []
     binding = None if args.no_binding else _Binding(main, draft, threads, n_ctx)
     if binding is not None:
