@@ -30,7 +30,7 @@ from app.compare.results import (
     CANCELLED, COMPLETE, ENGINE_KINDS, FAILED, LLAMA_SERVER, MODEL, NONE, SERVER_URL, CompareRequest, CompareRun, ConfigSpec, MainFacts,
     Progress, PromptResult, save_run,
 )
-from app.engine.loop.chat import FALLBACK_STOPS, has_chat_template, render_prompt
+from app.engine.loop.chat import format_stops, render_prompt
 from app.engine.errors import ContextFullError, LoadCancelled, SpeculaError
 from app.engine.events import DoneEvent, StepEvent, StopReason
 from app.engine.drafting.compat import DraftCheck
@@ -301,7 +301,7 @@ class Runner:
         gen = replace(s.gen, draft_max=config.draft_max, adaptive_draft=config.adaptive)  # the row's length
         # A base model without a template stops where chat would (the next "User:" turn).
         return gen.decode_settings(  # the one check the CLI, the window and the server use
-            stop_strings=() if s.ignore_eos or has_chat_template(main.tokenizer) else FALLBACK_STOPS,
+            stop_strings=() if s.ignore_eos else format_stops(main.tokenizer),
             stop_token_ids=() if s.ignore_eos else None)
 
     # --- reporting ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from app.engine.errors import Cancel, PromptError
 from app.engine.events import GenerationEvent
-from app.engine.loop.chat import FALLBACK_STOPS, ChatSession, has_chat_template, plain_text, render_prompt
+from app.engine.loop.chat import ChatSession, format_stops, plain_text, render_prompt
 from app.engine.loop.speculative import DecodeSettings, generate
 from app.engine.pair_loader import LoadedPair, PairSpec, load_draft_for, load_pair, part_progress
 from app.engine.seam import Drafter, KVModelLike
@@ -135,7 +135,7 @@ class LocalSession:
         if prompt.messages is None:
             return self.tokenizer.encode(prompt.text or ""), ()
         messages = list(prompt.messages)
-        stops = () if prompt.plain or has_chat_template(self.tokenizer) else FALLBACK_STOPS
+        stops = format_stops(self.tokenizer, prompt.plain)
         if prompt.fit:  # the oldest turns left out where the chat would not fit
             system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
             turns = messages[1:] if system is not None else messages

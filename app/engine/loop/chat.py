@@ -52,6 +52,12 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+def format_stops(tokenizer, plain: bool = False) -> tuple[str, ...]:
+    """The stop strings a chat's format adds: a model without a chat template answers in the
+    fallback's "User:/Assistant:" frame, which needs its own stop (plain completion has none)."""
+    return () if plain or has_chat_template(tokenizer) else FALLBACK_STOPS
+
+
 def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     """Token ids of the conversation followed by the assistant's turn prefix.
 
@@ -227,10 +233,8 @@ class ChatSession:
     ) -> Iterator[GenerationEvent]:
         """Add the user's message, stream the reply, and keep it (also a partial one)."""
         self.messages.append({"role": "user", "content": user_text})
-        stops = settings.stop_strings
-        if not has_chat_template(self.tokenizer) and not self.plain:
-            stops = tuple(stops) + FALLBACK_STOPS
-        settings = DecodeSettings(**{**settings.__dict__, "stop_strings": tuple(stops)})
+        stops = tuple(settings.stop_strings) + format_stops(self.tokenizer, self.plain)
+        settings = DecodeSettings(**{**settings.__dict__, "stop_strings": stops})
         try:
             prompt = self.prompt_ids()
         except ContextFullError:
