@@ -16,7 +16,6 @@ token, shown in the stats line, and it is not drawn as a speed.
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from pathlib import Path
 
@@ -278,11 +277,7 @@ class LiveCharts(QWidget):
 
     def redraw(self) -> None:
         """Draw the buffers (the timer calls this; public for tests and save_png)."""
-        started = time.perf_counter()
-        try:
-            self._draw()
-        finally:
-            self.budget.framed(time.perf_counter() - started)
+        self.budget.timed(self._draw)
 
     def _draw(self) -> None:
         self._dirty = False

@@ -256,9 +256,7 @@ class ChatController(QObject):
             self.charts.add_step(event)
 
     def _tick(self) -> None:
-        started = time.perf_counter()
-        self.flush(save=time.monotonic() - self._saved_at >= SAVE_EVERY_S)
-        self._show_budget.framed(time.perf_counter() - started)
+        self._show_budget.timed(lambda: self.flush(save=time.monotonic() - self._saved_at >= SAVE_EVERY_S))
         if self.stream is not None:
             self._timer.start(self._show_budget.interval_ms())
 

@@ -11,7 +11,6 @@ next until a reply brings new ones.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pyqtgraph as pg
@@ -108,11 +107,7 @@ class WhyPanel(QWidget):
         return self._accepted / self._drafted if self._drafted else None
 
     def redraw(self) -> None:
-        started = time.perf_counter()
-        try:
-            self._draw()
-        finally:
-            self.budget.framed(time.perf_counter() - started)
+        self.budget.timed(self._draw)
 
     def _draw(self) -> None:
         if self.prices is None:

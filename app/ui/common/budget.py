@@ -27,6 +27,14 @@ class FrameBudget:
         """Time a paint of the view took (its widgets report it as they paint)."""
         self._pending += seconds
 
+    def timed(self, redraw) -> None:
+        """Run `redraw()` and count its time as a frame's, also when it raises."""
+        started = time.perf_counter()
+        try:
+            redraw()
+        finally:
+            self.framed(time.perf_counter() - started)
+
     def framed(self, redraw_s: float) -> None:
         """A redraw took `redraw_s`; the paints since the one before it close that frame."""
         cost, self._pending = redraw_s + self._pending, 0.0
