@@ -2,7 +2,7 @@
 so that `specula bench --via window` times replies where most users meet them: the worker thread
 beside Qt's GUI thread, the conversation streaming and the live charts redrawing.
 
-It uses a temporary data folder (never the user's chats or settings). Each line on stdin is one
+It uses a temporary data folder (never the user's chats or settings: selftest.window_in_temp_data). Each line on stdin is one
 JSON command; each answer is one JSON line on stdout:
 
     {"cmd": "load", "main": PATH, "drafter": KIND, "draft": PATH | null}  -> {"ok": true, "facts": {...}}
@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
 
 from PySide6.QtCore import QObject, Signal
 
-from app.ui.common.paths import DATA_DIR_ENV
 from app.worker.requests import GenSettings
 
 
@@ -140,20 +136,10 @@ def read_commands(driver: Driver) -> None:
 
 
 def run_driver(app) -> int:
-    data = tempfile.mkdtemp(prefix="specula-drive-")
-    os.environ[DATA_DIR_ENV] = data
-    window = None
-    try:
-        from app.ui.shell.main_window import MainWindow
+    from app.ui.shell.selftest import window_in_temp_data
 
-        window = MainWindow()
-        window.resize(1440, 900)
-        window.show()
+    with window_in_temp_data("specula-drive-") as window:
         driver = Driver(app, window)
         threading.Thread(target=read_commands, args=(driver,), daemon=True, name="specula-drive-stdin").start()
         answer({"ok": True, "ready": True})
         return app.exec()
-    finally:
-        if window is not None:
-            window.close()
-        shutil.rmtree(data, ignore_errors=True)

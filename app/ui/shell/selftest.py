@@ -14,7 +14,9 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 from PySide6.QtCore import QObject, QTimer
 
@@ -134,11 +136,11 @@ def seconds_since_launch() -> float:
 _IMPORTED = time.monotonic()
 
 
-def run_self_test(app, out_png: str, timeout_s: float = TIMEOUT_S) -> int:
-    from app.engine.errors import SpeculaError
-
-    out = Path(out_png).expanduser().resolve()
-    data = tempfile.mkdtemp(prefix="specula-self-test-")
+@contextmanager
+def window_in_temp_data(prefix: str) -> Iterator[Any]:
+    """The real window (MainWindow), shown, over a temporary data folder (never the user's chats
+    or settings); closed and the folder removed after."""
+    data = tempfile.mkdtemp(prefix=prefix)
     os.environ[DATA_DIR_ENV] = data
     window = None
     try:
@@ -147,15 +149,25 @@ def run_self_test(app, out_png: str, timeout_s: float = TIMEOUT_S) -> int:
         window = MainWindow()
         window.resize(1440, 900)
         window.show()
-        test = SelfTest(app, window, out, timeout_s)
-        app.exec()
-        code, line = test.result or (1, "self-test failed: the window closed early")
-    except SpeculaError as exc:
-        code, line = 1, f"self-test failed: {exc}"
+        yield window
     finally:
         if window is not None:
             window.close()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def run_self_test(app, out_png: str, timeout_s: float = TIMEOUT_S) -> int:
+    from app.engine.errors import SpeculaError
+
+    out = Path(out_png).expanduser().resolve()
+    window = None
+    try:
+        with window_in_temp_data("specula-self-test-") as window:
+            test = SelfTest(app, window, out, timeout_s)
+            app.exec()
+            code, line = test.result or (1, "self-test failed: the window closed early")
+    except SpeculaError as exc:
+        code, line = 1, f"self-test failed: {exc}"
     print(line, file=sys.stdout if code == 0 else sys.stderr)
     if window is not None and window.thread_stuck:
         # A load still running past its cancel: leave without destroying its thread (which
