@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +58,10 @@ def cpu_name() -> str:
 
 
 def self_command() -> list[str]:
-    return [sys.executable, "-m", "app"]
+    """How to start Specula itself (the bundle's executable where frozen: it has no `-m app`)."""
+    from app.desktop_entry import launcher_command
+
+    return launcher_command()
 
 
 @dataclass
@@ -94,7 +97,7 @@ class Window:
     def __init__(self, model: Path, kind: str) -> None:
         from app.engine.llama_server.programs import start_program
 
-        env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen", "QT_LOGGING_RULES": "qt.qpa.*=false"}
+        env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "QT_LOGGING_RULES": "qt.qpa.*=false"}
         self.process = start_program([*self_command(), "--drive-window"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.gui_shares: list[float] = []
