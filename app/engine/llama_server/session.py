@@ -8,6 +8,7 @@ that went away aborts llama-server, never Specula), and streams each reply as ou
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -45,6 +46,14 @@ class ServerSession:
         self._openai_model: str | None = None
         self._facts: Facts | None = None
 
+    @functools.cached_property
+    def model_info(self):
+        """The header of the model llama-server runs here (read once: the template check at each
+        start and the facts read it; a read that fails is tried again where asked again)."""
+        from app.engine.gguf.info import read_gguf_info
+
+        return read_gguf_info(self.model)
+
     def __enter__(self) -> "ServerSession":
         self.speaks_openai if self.engine.url else self.open()  # connected (or started) here
         return self
@@ -69,7 +78,7 @@ class ServerSession:
         if self._server is None:
             if self.model is None:
                 raise ServerError("llama-server needs a model file")
-            _check_template(self.model)
+            _check_template(self)
             kwargs = {} if self._start_timeout_s is None else {"start_timeout_s": self._start_timeout_s}
             server = LlamaServer(self.model, self.engine.flags(), **kwargs)
             server.start(cancelled)
@@ -210,15 +219,15 @@ class ServerSession:
             raise exc from None
 
 
-def _check_template(model: Path) -> None:
+def _check_template(session: ServerSession) -> None:
     """ChatTemplateError (one line) where the model's chat template passes our bounds:
     llama-server renders it at start and on each chat with none (a bomb ran 75 s and 2.3 GB)."""
     from app.engine.errors import ChatTemplateError
-    from app.engine.gguf.info import read_gguf_info
     from app.engine.loop.template_guard import unbounded_reason
 
+    model = session.model
     try:
-        template = read_gguf_info(model).metadata.get("tokenizer.chat_template")
+        template = session.model_info.metadata.get("tokenizer.chat_template")
     except Exception as exc:  # noqa: BLE001 - llama-server reads the file itself and says what is wrong
         log.info("the chat template of %s was not read before llama-server: %s", model.name, exc)
         return
@@ -286,9 +295,7 @@ def server_facts(session: ServerSession, load_s: float) -> Facts:
     engine, line = session.engine, session.plan_line()
     template, n_ctx = True, 0 if session.speaks_openai else server_context(session)
     if session.model is not None:
-        from app.engine.gguf.info import read_gguf_info
-
-        template = bool(read_gguf_info(session.model).has_chat_template)
+        template = bool(session.model_info.has_chat_template)
         name, path, where = session.model.name, str(session.model), LLAMA_SERVER
     else:
         shown = RemoteHttp(engine.url).shown_url
