@@ -65,7 +65,7 @@ class LocalSession:
         self.options = options
         self.kv = kv if kv is not None else pair.main.kv_model(options.n_ctx)
         self._tokenizer_lock = threading.Lock()
-        self._facts = local_facts(self)
+        self._facts: Facts | None = None  # made when asked: Compare opens a session per reply
 
     @classmethod
     def around(cls, main, drafter: Drafter | None = None, n_ctx: int | None = None) -> "LocalSession":
@@ -155,6 +155,8 @@ class LocalSession:
                 kv.reset()
 
     def describe(self) -> Facts:
+        if self._facts is None:
+            self._facts = local_facts(self)
         return self._facts
 
     def plan_line(self) -> str:
@@ -202,7 +204,7 @@ class LocalSession:
         drafter = make_drafter(old.main, spec.ngram, draft, spec.draft_ctx, cache, check=check, **ngram_params(spec))
         pair = LoadedPair(spec, old.main, draft, check, cache, drafter)
         swapped = LocalSession(pair, options, kv=self.kv)
-        swapped._facts = replace(swapped._facts, main_kept=True, swap_s=time.monotonic() - started)
+        swapped._facts = replace(swapped.describe(), main_kept=True, swap_s=time.monotonic() - started)
         return swapped
 
     def beside(self) -> "LocalSession":
