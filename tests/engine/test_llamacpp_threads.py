@@ -75,11 +75,12 @@ def test_the_default_thread_count_steps_aside_for_a_busy_core_and_comes_back(lla
 
 
 def _steps_for(governor, seconds: float, step_s: float = 0.01) -> None:
-    """A context decoding for `seconds`: a step every step_s."""
+    """A context decoding for `seconds`: steps of step_s each, one after another."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         governor.before_step()
         time.sleep(step_s)
+        governor.after_step()
 
 
 def test_what_others_did_while_the_context_paused_does_not_take_a_thread():
@@ -101,3 +102,17 @@ def test_what_others_did_while_the_context_paused_does_not_take_a_thread():
         time.sleep(governor.WINDOW_S)
         _steps_for(governor, governor.FIRST_WINDOW_S * 1.5)
         assert governor.current == 1 and applied == [1]
+
+
+def test_steps_slower_than_a_pause_still_give_a_busy_core_its_thread():
+    """A step that itself runs past PAUSE_S (a large model, a batch, or two threads beside a busy
+    core: 22 s for Gemma's load-time cost curve where it took 3 s quiet) is not a pause between
+    steps: the count comes down after the usual window, as it does for fast steps."""
+    from app.engine.backends.llamacpp.threads import ThreadGovernor
+
+    applied = []
+    governor = ThreadGovernor(2, applied.append)
+    slow = 1.5 * governor.PAUSE_S
+    with BusyCore():
+        _steps_for(governor, governor.FIRST_WINDOW_S + 2 * slow, step_s=slow)
+        assert applied == [1] and governor.current == 1

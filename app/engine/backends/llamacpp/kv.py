@@ -253,6 +253,8 @@ class LlamaKV:
         batch.n_tokens = n
         llamacpp_lib.clear_errors()
         status = self.lib.llama_decode(self.ctx, batch)
+        if self.governor is not None:
+            self.governor.after_step()
         if status != 0:
             cause = llamacpp_lib.last_error()
             raise SpeculaError(f"llama.cpp could not evaluate {n} tokens (status {status})"

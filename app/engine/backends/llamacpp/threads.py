@@ -91,11 +91,18 @@ class ThreadGovernor:
         self._apply = apply
         self._window = OtherWork().start()
         self._window_s = self.FIRST_WINDOW_S
-        self._last_step = time.monotonic()
+        self._last_end = time.monotonic()
+
+    def after_step(self) -> None:
+        self._last_end = time.monotonic()
 
     def before_step(self) -> None:
         now = time.monotonic()
-        paused, self._last_step = now - self._last_step > self.PAUSE_S, now
+        # A pause is the time since the last step ended: a step that itself ran past PAUSE_S (a
+        # batch, a large model, or two threads beside a busy core: 0.5 s for a 65-token batch of
+        # SmolLM2's) is no pause, and counting it as one restarted the window before every step,
+        # so the count never came down where it was needed most.
+        paused = now - self._last_end > self.PAUSE_S
         if paused:
             # What other programs did while this context was not decoding (another program's
             # reply, llama-server's: the bench runs them in turn) says little about now: it took
