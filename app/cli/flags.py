@@ -11,7 +11,10 @@ from app.hub.builtin import BUILTIN_NAMES
 
 
 def add_model_flags(parser: argparse.ArgumentParser, draft: bool = True, server: bool = False) -> None:
-    parser.add_argument("-m", "--model", required=True, help=f"main model: a GGUF file or a built-in name ({BUILTIN_NAMES})")
+    # With --server the server names its model: -m there only picks one of several it serves.
+    parser.add_argument("-m", "--model", required=not server,
+                        help=f"main model: a GGUF file or a built-in name ({BUILTIN_NAMES})"
+                             + ("; with --server, optional: which of the server's models to ask" if server else ""))
     parser.add_argument("-c", "--ctx-size", type=int, default=0, help="context size of the main model (0 = the model's own)")
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers of the main model computed on the GPU (99 = all; default: all when there is a GPU)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")

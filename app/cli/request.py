@@ -182,6 +182,9 @@ def engine_spec(args: argparse.Namespace) -> "PairSpec | ServerSpec":
     llama-server started here or the server at --server (ServerSpec)."""
     from app.engine.session import ServerSpec
 
+    if not args.model and not getattr(args, "server", None):
+        raise UsageError("-m/--model is required (a GGUF file or a built-in name), unless --server URL names "
+                         "a server, which has its own model")
     if engine_of(args) == SPECULA:
         return pair_spec(args)
     engine = server_engine(args)

@@ -47,6 +47,17 @@ def test_run_on_an_openai_server_prints_its_reply_and_its_metrics_counts(capsys,
     assert "through OpenAI's API (model org/tiny-model" in err and KEY not in out + err
 
 
+def test_run_on_a_server_needs_no_model_flag_and_without_either_says_what_is_missing(capsys):
+    """Issue 60 item 14: `run --server URL` as the README writes it: the server names its model."""
+    with StandinServer("no-metrics") as server:
+        code, out, err = _run(capsys, "run", "--server", server.url, "-p", "Once", "-n", "8", "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["text"] == "Hello, world!"
+    assert Standin.seen[-1]["model"] == "org/tiny-model"  # the one it serves
+    code, out, err = _run(capsys, "run", "-p", "Once", "-n", "8")
+    assert code == 2 and "-m/--model is required" in err and "--server" in err and "Traceback" not in err
+
+
 def test_raw_text_goes_to_completions_and_a_server_without_counters_says_unknown(capsys):
     with StandinServer("no-metrics") as server:
         code, out, err = _run(capsys, "run", "-m", "x", "--server", server.url, "-p", "Once", "-n", "8", "--json")
