@@ -15,6 +15,11 @@ from typing import TYPE_CHECKING, Any
 from app.engine.drafting.kinds import DEFAULT_DRAFT_MAX
 from app.engine.errors import SpeculaError
 
+UNTIL_CONTEXT = -1  # max_tokens: reply until the model ends or the context is full (llama.cpp's -n -1)
+# UNTIL_CONTEXT's length where the context is not known (a server speaking OpenAI's API does not
+# say it, and may refuse an unbounded request).
+UNKNOWN_CONTEXT_MAX_TOKENS = 2048
+
 # The loop (numpy and the sampler) is imported when settings become DecodeSettings, not with this
 # module: the command line's parser and the window's forms import it to build and show settings.
 if TYPE_CHECKING:
@@ -56,15 +61,17 @@ class GenSettings:
                     values[f.name] = value
         return cls(**{**asdict(base), **values})
 
-    def decode_settings(self, stop_strings: tuple[str, ...] = (),
-                        stop_token_ids: tuple[int, ...] | None = None) -> DecodeSettings:
+    def decode_settings(self, stop_strings: tuple[str, ...] = (), stop_token_ids: tuple[int, ...] | None = None,
+                        context: int | None = None) -> DecodeSettings:
         """The engine's DecodeSettings of these values (seed < 0: random; stop_token_ids None:
-        the tokenizer's EOS); a one-line SpeculaError for a value the engine cannot use."""
+        the tokenizer's EOS; max_tokens UNTIL_CONTEXT: the `context`'s length, where the loop
+        stops at the context's end); a one-line SpeculaError for a value the engine cannot use."""
         from app.engine.loop.sampling import SamplingParams, check_sampling
         from app.engine.loop.speculative import DecodeSettings
 
-        if self.max_tokens < 1:
+        if self.max_tokens < 1 and self.max_tokens != UNTIL_CONTEXT:
             raise SpeculaError("the number of tokens to generate must be at least 1")
+        max_new = self.max_tokens if self.max_tokens != UNTIL_CONTEXT else context or UNKNOWN_CONTEXT_MAX_TOKENS
         if self.draft_max < 1:
             raise SpeculaError("draft max must be at least 1")
         if not (math.isfinite(self.draft_p_min) and 0.0 <= self.draft_p_min <= 1.0):
@@ -72,7 +79,7 @@ class GenSettings:
         sampling = SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                                   min_p=self.min_p, seed=None if self.seed < 0 else self.seed)
         check_sampling(sampling)
-        return DecodeSettings(max_new_tokens=self.max_tokens, draft_max=self.draft_max, draft_min=self.draft_min,
+        return DecodeSettings(max_new_tokens=max_new, draft_max=self.draft_max, draft_min=self.draft_min,
                               draft_p_min=self.draft_p_min, sampling=sampling, stop_strings=tuple(stop_strings),
                               stop_token_ids=stop_token_ids, adaptive_draft=self.adaptive_draft)
 

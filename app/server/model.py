@@ -20,7 +20,7 @@ from app.engine.errors import Cancel, ChatTemplateError, PromptError, ServerErro
 from app.engine.events import GenerationEvent
 from app.engine.loop.speculative import DecodeSettings
 from app.engine.session import AT_URL, HERE, Prompt, Session
-from app.engine.settings import GenSettings
+from app.engine.settings import UNKNOWN_CONTEXT_MAX_TOKENS, GenSettings
 from app.hub.display import display_name
 from app.server.errors import ApiError, bad_field, context_exceeded
 from app.server.params import GenerationRequest
@@ -28,10 +28,6 @@ from app.server.params import GenerationRequest
 log = logging.getLogger(__name__)
 
 GREEDY = GenSettings(temperature=0.0)  # a server made without defaults (tests) decodes greedily
-# max_tokens where a request sets none and the server's context is not known (OpenAI's API
-# does not say it): llama-server's own default for n_predict is unbounded, which a remote
-# server may refuse.
-UNKNOWN_CONTEXT_MAX_TOKENS = 2048
 
 
 @dataclass

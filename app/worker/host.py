@@ -156,7 +156,8 @@ class ModelHost(QObject):
                 raise SpeculaError("no model is loaded: pick a main model and press Load")
             messages = request.messages() + [{"role": "user", "content": request.user_text}]
             prompt = Prompt.chat(messages, request.system_prompt or None, plain=request.plain, fit=True)
-            for event in session.reply(prompt, request.settings.decode_settings(), cancel.is_set):
+            settings = request.settings.decode_settings(context=session.describe().n_ctx)
+            for event in session.reply(prompt, settings, cancel.is_set):
                 if isinstance(event, DoneEvent):
                     summary = event.summary.to_dict()
                 else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from app.engine.backends import AUTO
 from app.engine.drafting.kinds import kind_title
-from app.engine.settings import GenSettings  # noqa: F401 - the window's settings are the engine's one shape
+from app.engine.settings import UNTIL_CONTEXT, GenSettings  # noqa: F401 - the window's settings are the engine's one shape
 
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
 NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from the user's chats

@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.worker.host import HostThread
-from app.worker.requests import LOOKUP, LOOKUP_CACHE, MODEL, NONE, ChatRequest, GenSettings, PairChoice
+from app.worker.requests import LOOKUP, LOOKUP_CACHE, MODEL, NONE, UNTIL_CONTEXT, ChatRequest, GenSettings, PairChoice
 
 WAIT_MS = 120_000
 GREEDY = GenSettings(temperature=0.0, max_tokens=40)
@@ -144,6 +144,17 @@ def test_bad_settings_are_refused_with_one_line(qtbot, host, tiny_paths):
     load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
     summary, error, _ = generate(qtbot, host, ChatRequest((), "Hi", "", GenSettings(max_tokens=0)))
     assert summary is None and error == "the number of tokens to generate must be at least 1"
+
+
+def test_a_reply_until_the_end_stops_only_where_the_model_or_the_context_ends(qtbot, host, tiny_paths):
+    """Issue 60 item 12: the window's default max tokens is "until the end" (llama.cpp's -n -1):
+    a coding answer is not cut at a token count."""
+    facts = load(qtbot, host, PairChoice(str(tiny_paths["llama-f32"]), NONE))
+    summary, error, _ = generate(qtbot, host, ChatRequest((), "Hi", "", GenSettings(temperature=0.0,
+                                                                                    max_tokens=UNTIL_CONTEXT)))
+    assert error == "" and summary["stop_reason"] in ("eos", "context"), (error, summary and summary["stop_reason"])
+    if summary["stop_reason"] == "context":
+        assert summary["n_prompt"] + summary["n_predicted"] == facts.n_ctx
 
 
 def test_load_failures_are_one_line_messages(qtbot, host, tiny_paths, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -15,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.worker.requests import GenSettings
+from app.worker.requests import UNTIL_CONTEXT, GenSettings
 
 # field -> (label, tooltip, minimum, maximum, step, decimals or None for an integer)
 FIELDS = {
@@ -35,8 +37,12 @@ FIELDS = {
     "seed": ("Seed", "Random seed for sampling (--seed). The same seed and settings give the same "
              "reply; -1 = a new random seed for every reply.", -1, 2**31 - 1, 1, None),
     "max_tokens": ("Max tokens", "Most tokens in one reply (-n); the reply stops there if the "
-                   "model has not finished.", 1, 32768, 16, None),
+                   "model has not finished. Lowest: until the model ends or the context is full "
+                   "(llama.cpp's -n -1).", UNTIL_CONTEXT, 1 << 20, 16, None),
 }
+# What a new window starts with and "Reset to defaults" gives: the command line's, but a reply
+# runs until the model ends it (a coding answer cut at 256 tokens stopped mid-sentence).
+WINDOW_DEFAULTS = replace(GenSettings(), max_tokens=UNTIL_CONTEXT)
 DRAFT_FIELDS = ("draft_max", "draft_min", "draft_p_min")
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens")
 
@@ -61,10 +67,10 @@ class GenSettingsForm(QWidget):
         layout.addWidget(drafting)
         layout.addWidget(self._group("Sampling", SAMPLING_FIELDS))
         reset = QPushButton("Reset to defaults")
-        reset.setToolTip("The command line's defaults (temperature 0.8 for chat)")
-        reset.clicked.connect(lambda: self.set_settings(GenSettings()))
+        reset.setToolTip("The command line's defaults (temperature 0.8 for chat), replies until the model ends them")
+        reset.clicked.connect(lambda: self.set_settings(WINDOW_DEFAULTS))
         layout.addWidget(reset)
-        self.set_settings(GenSettings())
+        self.set_settings(WINDOW_DEFAULTS)
 
     def _group(self, title: str, names: tuple[str, ...]) -> QGroupBox:
         box = QGroupBox(title)
@@ -83,6 +89,8 @@ class GenSettingsForm(QWidget):
             box_widget.setObjectName(name)
             if name == "seed":
                 box_widget.setSpecialValueText("random")  # shown at -1
+            if name == "max_tokens":
+                box_widget.setSpecialValueText("until the end")  # shown at UNTIL_CONTEXT
             box_widget.valueChanged.connect(self.changed)
             label = QLabel(label_text)
             label.setToolTip(tip)

@@ -37,7 +37,7 @@ from app.ui.chat.controller import ChatController
 from app.ui.chat.panel import ChatPanel
 from app.ui.compare.choice import applied_text
 from app.ui.discover.panel import DiscoverPanel
-from app.ui.models.gen_form import GenSettingsForm
+from app.ui.models.gen_form import WINDOW_DEFAULTS, GenSettingsForm
 from app.ui.models.library_panel import LibraryPanel
 from app.ui.models.pair_picker import PairPicker
 from app.ui.models.serve_panel import ServePanel
@@ -474,7 +474,7 @@ class MainWindow(QMainWindow):
             state = self.settings.value(key)
             if isinstance(state, QByteArray):
                 splitter.restoreState(state)
-        self.gen_form.set_settings(GenSettings.from_dict(_json(self.settings.value("gen/settings"))))
+        self.gen_form.set_settings(GenSettings.from_dict(_json(self.settings.value("gen/settings")), WINDOW_DEFAULTS))
         self.panel.mark_toggle.setChecked(str(self.settings.value("view/mark_drafts", "true")).lower() == "true")
         last_chat = self.settings.value("chat/last")
         self.controller.open_chat(int(last_chat) if str(last_chat or "").isdigit() else None)
