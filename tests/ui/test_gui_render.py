@@ -66,6 +66,21 @@ def test_conversation_marks_exactly_the_draft_text(qapp):
     assert marked_chars(view) == 0
 
 
+def test_long_code_lines_wrap_inside_the_view_and_stay_code(qtbot):
+    """Issue 60 item 12: a long code line wraps at the view's edge; no horizontal scrolling."""
+    view = ConversationView()
+    qtbot.addWidget(view)
+    view.resize(500, 400)
+    view.show()
+    line = "result = compute(" + ", ".join(f"argument_{i}" for i in range(40)) + ")"
+    view.set_messages([Row(1, "assistant", f"Here:\n\n```python\n{line}\n```\n", (), None, True)])
+    qtbot.waitUntil(lambda: view.isVisible())
+    assert view.horizontalScrollBar().maximum() == 0
+    block = view.document().find(line).block()
+    assert block.isValid() and block.layout().lineCount() > 1  # wrapped, all of it there
+    assert block.charFormat().fontFixedPitch() or block.begin().fragment().charFormat().fontFixedPitch()
+
+
 def test_streaming_view_shows_partial_markdown(qapp):
     view = ConversationView()
     view.set_messages([Row(1, "user", "Hi", (), None, True), Row(2, "assistant", "", (), None, False)],

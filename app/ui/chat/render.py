@@ -134,13 +134,16 @@ def insert_reply(cursor: QTextCursor, source: str, spans: Iterable[Sequence[int]
 
 def _shade_code(doc, start: int, end: int, background: QColor) -> None:
     """Markdown code blocks come out as non-breaking blocks and inline code as fixed-pitch
-    text, but with the default family: give code a monospace font, and blocks a background."""
+    text, but with the default family: give code a monospace font, and blocks a background.
+    Code lines wrap at the view's edge: a long line otherwise widened the whole conversation and
+    hid its end behind a horizontal scroll bar that few noticed (issue 60 item 12)."""
     block = doc.findBlock(start)
     while block.isValid() and block.position() <= end:
         if block.blockFormat().nonBreakableLines():
             cursor = QTextCursor(block)
             fmt = QTextBlockFormat()
             fmt.setBackground(background)
+            fmt.setNonBreakableLines(False)
             cursor.mergeBlockFormat(fmt)
             cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
             cursor.mergeCharFormat(_mono_format())
