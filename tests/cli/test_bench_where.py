@@ -42,4 +42,25 @@ def test_bench_via_names_an_unknown_way(tiny_paths, capsys):
     from app.cli import main
 
     assert main(["bench", "--via", "cli,telepathy", "-m", str(tiny_paths["llama-q8"])]) == 2
-    assert "--via: telepathy is not one of cli, window, serve, serve-stream, llama-server" in capsys.readouterr().err
+    assert ("--via: telepathy is not one of cli, window, serve, serve-stream, llama-server, llama-server-each"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.skipif(find_program(SERVER) is None, reason="needs llama-server (built from the binding's sdist)")
+def test_bench_via_llama_server_each_puts_our_drafter_against_llama_cpps_best_type(tiny_paths):
+    """Issue 61 item 2: our best drafter against llama-server's best type, both driven as servers."""
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "--via", "serve,llama-server,llama-server-each",
+                           "-m", str(tiny_paths["llama-q8"]), "-n", "8", "-r", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    types = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+    assert lines[1] == "| drafter | serve | llama-server | " + " | ".join(f"llama-server:{t}" for t in types) + " |"
+    none = next(line for line in lines if line.startswith("| none |"))
+    assert [c.strip() for c in none.strip("|").split("|")][3:] == [""] * len(types)  # one plain llama-server
+    drafted = next(line for line in lines if line.startswith("| lookup+ngram-cache+ngram-mod |"))
+    assert all(re.fullmatch(r"\d+\.\d", c.strip()) for c in drafted.strip("|").split("|")[1:]), drafted
+    best = [line for line in lines if "serve / llama-server's best type here (" in line]
+    assert len(best) == 1 and best[0].startswith("#   lookup+ngram-cache+ngram-mod:"), done.stdout
+    assert re.search(r"paired median \d+\.\d{3}x$", best[0]), best[0]

@@ -37,7 +37,9 @@ def register(sub) -> None:
                             "token and a verify cost against a main-model token, and the acceptance a draft needs")
     bench.add_argument("--via", metavar="WAY,...", help="time plain decoding and the window's default drafter where "
                        "users meet them instead, paired round by round: cli (this process), window (the real window "
-                       "offscreen), serve, serve-stream (specula serve over HTTP), llama-server (the peer); "
+                       "offscreen), serve, serve-stream (specula serve over HTTP), llama-server (the peer, llama.cpp's names for "
+                       "our drafters), llama-server-each (the drafted row on llama-server once per model-free type: "
+                       "our drafter against llama.cpp's best here); "
                        "e.g. --via cli,window,serve,llama-server -r 6")
     bench.set_defaults(func=_run_bench)
 

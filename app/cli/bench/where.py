@@ -28,7 +28,10 @@ from app.engine.errors import SpeculaError
 
 log = logging.getLogger(__name__)
 
-WAYS = ("cli", "window", "serve", "serve-stream", "llama-server")
+WAYS = ("cli", "window", "serve", "serve-stream", "llama-server", "llama-server-each")
+# llama-server-each: for a drafted row, llama-server once per model-free --spec-type, so that our
+# drafter meets llama.cpp's best type here, not only its types of the same names.
+MODEL_FREE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFTERS = ("none", "lookup+ngram-cache+ngram-mod")  # plain decoding and the window's default drafter
 START_TIMEOUT_S = 300.0
 # A pause before each timed reply: the way before it may still be finishing up (the window
@@ -192,7 +195,8 @@ def open_serve(model: Path, kind: str, stream_too: bool) -> list[Way]:
     return ways
 
 
-def open_llama_server(model: Path, kind: str) -> Way:
+def open_llama_server(model: Path, kind: str, types: list[str] | None = None, name: str = "llama-server") -> Way:
+    """llama-server with llama.cpp's names for `kind`'s drafters, or with `types`."""
     from app.engine.llama_server.process import free_port
     from app.engine.llama_server.programs import SERVER, find_program, missing_reason
 
@@ -200,11 +204,18 @@ def open_llama_server(model: Path, kind: str) -> Way:
     if program is None:
         raise SpeculaError(missing_reason(SERVER))
     port = free_port()
-    types = [t for t in spec_types(kind) if t != "none"]
+    types = [t for t in spec_types(kind) if t != "none"] if types is None else types
     server = HttpServer([str(program), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
                          "--parallel", "1", "--no-webui", "--swa-full", "--temp", "0",
                          *(["--spec-type", ",".join(types)] if types else [])], port)
-    return Way("llama-server", server.reply, server.close)
+    return Way(name, server.reply, server.close)
+
+
+def open_each_type(model: Path, kind: str) -> list[Way]:
+    """llama-server once per model-free type, for a drafted row (plain decoding has one way)."""
+    if kind == "none":
+        return []
+    return [open_llama_server(model, kind, [t], f"llama-server:{t}") for t in MODEL_FREE_TYPES]
 
 
 def open_ways(model: Path, kind: str, ways: list[str]) -> list[Way]:
@@ -219,6 +230,8 @@ def open_ways(model: Path, kind: str, ways: list[str]) -> list[Way]:
                 opened += open_serve(model, kind, "serve-stream" in ways)
             elif name == "llama-server":
                 opened.append(open_llama_server(model, kind))
+            elif name == "llama-server-each":
+                opened += open_each_type(model, kind)
     except BaseException:
         for way in opened:
             way.close()
@@ -268,7 +281,9 @@ def cmd_bench_where(args: Any) -> int:
     print(f"# {model.name} on {cpu_name()}: greedy, n={args.n_predict}, {args.repeat} paired rounds per drafter; "
           f"each way's decode tok/s (median) and its ratio to cli in the same round (median); "
           f"†N: N rounds whose reply was not cli's")
-    names = [w for w in WAYS if w in wanted]
+    names = [w for w in WAYS if w in wanted and w != "llama-server-each"]
+    if "llama-server-each" in wanted:
+        names += [f"llama-server:{t}" for t in MODEL_FREE_TYPES]
     print("| drafter | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for kind in DRAFTERS:
@@ -280,7 +295,10 @@ def cmd_bench_where(args: Any) -> int:
                 way.close()
         shown = []
         for name in names:
-            cell = cells[name]
+            cell = cells.get(name)
+            if cell is None:  # llama-server's types on the plain row
+                shown.append("")
+                continue
             rate = statistics.median(cell.rates)
             ratio = f" ({statistics.median(cell.ratios):.2f}x)" if name != "cli" and cell.ratios else ""
             other = f" †{cell.other_text}" if cell.other_text else ""  # rounds with another reply than cli's
@@ -293,4 +311,21 @@ def cmd_bench_where(args: Any) -> int:
             pairs = [s / l for s, l in zip(cells["serve"].rates, cells["llama-server"].rates) if l > 0]
             if pairs:
                 print(f"#   {kind}: serve / llama-server, paired median {statistics.median(pairs):.3f}x")
+        best = best_server_line(kind, cells)
+        if best:
+            print(best)
     return 0
+
+
+def best_server_line(kind: str, cells: dict[str, Cell]) -> str | None:
+    """Our served drafter against llama-server's fastest way on this row (the type with the
+    highest median rate), paired round by round."""
+    servers = {name: cell for name, cell in cells.items() if name.startswith("llama-server:") and cell.rates}
+    if "serve" not in cells or len(servers) < 2:
+        return None
+    if "llama-server" in cells:
+        servers[f"llama-server:{','.join(spec_types(kind))}"] = cells["llama-server"]
+    name, cell = max(servers.items(), key=lambda item: statistics.median(item[1].rates))
+    pairs = [s / r for s, r in zip(cells["serve"].rates, cell.rates) if r > 0]
+    return (f"#   {kind}: serve / llama-server's best type here ({name.split(':', 1)[1]}, "
+            f"{statistics.median(cell.rates):.1f} tok/s), paired median {statistics.median(pairs):.3f}x")
