@@ -79,6 +79,7 @@ class ServerSession:
             if self.model is None:
                 raise ServerError("llama-server needs a model file")
             _check_template(self)
+            _check_draft(self)
             kwargs = {} if self._start_timeout_s is None else {"start_timeout_s": self._start_timeout_s}
             server = LlamaServer(self.model, self.engine.flags(), **kwargs)
             server.start(cancelled)
@@ -234,6 +235,24 @@ def _check_template(session: ServerSession) -> None:
     why = unbounded_reason(template) if isinstance(template, str) and template.strip() else None
     if why:
         raise ChatTemplateError(f"the chat template of {model.name} is refused before llama-server runs it: {why}")
+
+
+def _check_draft(session: ServerSession) -> None:
+    """IncompatibleDraftError (one line) where llama-server would drop the draft model: llama.cpp
+    drafts token by token only, and a draft of another vocabulary ran without a draft, saying so
+    only in llama-server's log. A header that cannot be read is left to llama-server to report."""
+    from app.engine.gguf.info import read_gguf_info
+    from app.engine.llama_server.drafts import check_server_draft, uses_draft_model
+
+    engine = session.engine
+    if engine.draft is None or not uses_draft_model(engine.types):
+        return
+    try:
+        main, draft = session.model_info, read_gguf_info(engine.draft)
+    except Exception as exc:  # noqa: BLE001 - llama-server reads the files itself and says what is wrong
+        log.info("the draft of %s was not checked before llama-server: %s", session.model.name, exc)
+        return
+    check_server_draft(main, draft)
 
 
 def _is_llama_server(engine: ServerEngine) -> bool:

@@ -29,8 +29,10 @@ from PySide6.QtWidgets import (
 
 from app.engine.backends import AUTO, LLAMA_CPP, TORCH
 from app.engine.drafting.compat import DraftCheck, check_draft
+from app.engine.llama_server.drafts import TOKEN_BY_TOKEN, server_usable, why_not_on_server
 from app.engine.llama_server.keys import keys_path, read_key, save_key
 from app.ui.models.draft_labels import draft_title, draft_tooltip, is_same_model
+from app.ui.models.draft_order import draft_rank
 from app.ui.models.engine_panel import EnginePanel
 from app.hub.library_entries import LibraryEntry, entry_path
 from app.ui.models.offload import OffloadControl
@@ -83,6 +85,7 @@ class PairPicker(QWidget):
         self._loading = False
         self._draft_pref: tuple[str, str | None] = (DEFAULT_DRAFTER, None)  # the user's last draft choice
         self._replaced: str | None = None  # why the draft model above gave way to prompt lookup
+        self._server_drafts = False  # the draft list was made for llama-server's draft-* types
 
         self.main_combo = _combo()
         self.main_combo.setToolTip("The model that writes the reply. Its output is what you get, drafts or not.")
@@ -112,6 +115,7 @@ class PairPicker(QWidget):
             "more); one that cannot draft is greyed, with the reason."
         )
         self.draft_combo.currentIndexChanged.connect(self._on_draft_changed)
+        self.draft_combo.setPlaceholderText("no draft model llama-server can use")  # shown with none chosen
         self.draft_facts = _small_label()
         self.draft_offload = OffloadControl()
 
@@ -310,8 +314,9 @@ class PairPicker(QWidget):
         if problem is None and self.engine.runs_on() != AT_URL and self.main_entry() is None:
             problem = "choose a main model (add a GGUF file in the Library tab)"
         if problem is None and self.engine.needs_draft_model() and self.draft_choice()[0] != MODEL:
-            problem = (f"--spec-type {self.engine.spec_type_value()} needs a draft model: choose one under Draft "
-                       "(a small model with the main model's vocabulary)")
+            problem = self.no_server_draft() or (
+                f"--spec-type {self.engine.spec_type_value()} needs a draft model: choose one under Draft "
+                "(a small model with the main model's vocabulary)")
         return problem
 
     # --- loading state ------------------------------------------------------------------------
@@ -319,8 +324,9 @@ class PairPicker(QWidget):
     def set_loading(self, loading: bool) -> None:
         self._loading = loading
         for widget in (self.engine, self.main_combo, self.draft_combo, self.main_offload, self.draft_offload,
-                       self.backend_combo, self.load_button):
+                       self.backend_combo):
             widget.setEnabled(not loading)
+        self._refresh_load_enabled()
         self.cancel_button.setEnabled(loading)
         if loading:
             self.progress.setValue(0)
@@ -434,29 +440,61 @@ class PairPicker(QWidget):
         self.main_box.setVisible(runs_on != AT_URL)
         self.backend_combo.setVisible(runs_on == HERE)
         self.draft_box.setVisible(runs_on == HERE or self.engine.needs_draft_model())
-        self._show_draft_rows()
-        self.load_button.setEnabled(not self._loading and (runs_on == AT_URL or self.main_entry() is not None))
+        if self.engine.needs_draft_model() != self._server_drafts:  # llama-server takes fewer drafts
+            self._fill_drafts(self.main_entry())
+        self._refresh_load_enabled()
         self.selectionChanged.emit()
 
+    def _refresh_load_enabled(self) -> None:
+        """Load is off while loading, without a main model, and where llama-server's draft-* type
+        has no draft it can use (said under Draft before anything starts)."""
+        runs_on = self.engine.runs_on()
+        ready = runs_on == AT_URL or (self.main_entry() is not None and self.no_server_draft() is None)
+        self.load_button.setEnabled(not self._loading and ready)
+
     def _show_draft_rows(self) -> None:
-        """For llama.cpp's draft-* types only the draft models are offered (and one is chosen)."""
+        """For llama.cpp's draft-* types only the draft models are offered."""
         models_only = self.engine.needs_draft_model()
         view = self.draft_combo.view()
         model = self.draft_combo.model()
         for row in range(self.draft_combo.count()):
             view.setRowHidden(row, models_only and model.item(row).data(KIND_ROLE) != MODEL)
-        if models_only and self.draft_choice()[0] != MODEL:
-            first = next((r for r in range(self.draft_combo.count()) if model.item(r).data(KIND_ROLE) == MODEL
-                          and model.item(r).isEnabled()), None)
-            if first is not None:
-                self.draft_combo.setCurrentIndex(first)
+
+    def _choose_server_draft(self) -> None:
+        """For llama.cpp's draft-* types a draft model is chosen: the best one llama.cpp can use
+        (the list is in rank order), none where none can (then the list says so)."""
+        if self.draft_choice()[0] == MODEL:
+            return
+        model = self.draft_combo.model()
+        first = next((r for r in range(self.draft_combo.count()) if model.item(r).data(KIND_ROLE) == MODEL
+                      and model.item(r).isEnabled()), -1)
+        self.draft_combo.setCurrentIndex(first)
+
+    def _server_drafts_line(self) -> str:
+        """How many of the library's draft models llama-server can use (the others are greyed)."""
+        model = self.draft_combo.model()
+        rows = [model.item(r) for r in range(self.draft_combo.count()) if model.item(r).data(KIND_ROLE) == MODEL]
+        usable = sum(item.isEnabled() for item in rows)
+        return (f"llama.cpp drafts token by token: {usable} of {len(rows)} models here share the main model's "
+                "vocabulary (the best first; the others are greyed, the reason in their tooltip).")
+
+    def no_server_draft(self) -> str | None:
+        """Where llama-server's draft-* type has no draft model it can use: why, in one line."""
+        if not self.engine.needs_draft_model() or self.draft_choice()[0] == MODEL:
+            return None
+        main = self.main_entry()
+        if main is None:
+            return None
+        return (f"No model in the library drafts token by token for {main.title}, as llama-server's "
+                f"{self.engine.spec_type_value()} needs (the main model's vocabulary): add a smaller model "
+                "of its family, or choose an ngram-* type, or This computer (Specula's loop drafts through text)")
 
     def _on_main_changed(self, _index: int = 0) -> None:
         main = self.main_entry()
         self.main_facts.setText(main_facts_text(main))
         self.main_offload.set_model(main.info if main is not None else None)
         self._fill_drafts(main)
-        self.load_button.setEnabled((main is not None or self.engine.runs_on() == AT_URL) and not self._loading)
+        self._refresh_load_enabled()
         self.selectionChanged.emit()
 
     def _fill_drafts(self, main: LibraryEntry | None) -> None:
@@ -468,13 +506,19 @@ class PairPicker(QWidget):
             item.setData(item_kind, KIND_ROLE)
             model.appendRow(item)
         itself = set()  # copies of the main model's weights: offered, marked, never kept as the choice
+        self._server_drafts = server = self.engine.needs_draft_model()
+        ranked = []
         for entry in self._entries:
             if main is None or not entry.usable or entry.path == main.path:
                 continue
             same = is_same_model(entry, main)
             if same:
                 itself.add(entry.path)
-            model.appendRow(_draft_item(entry, main, check_draft(main.info, entry.info), same))
+            check = check_draft(main.info, entry.info)
+            usable = server_usable(check) if server else bool(check)
+            ranked.append((draft_rank(main.info, entry.info, check, usable, same), entry, check, same))
+        for _, entry, check, same in sorted(ranked, key=lambda row: row[0]):  # the best first
+            model.appendRow(_draft_item(entry, main, check, same, server))
         self.draft_combo.blockSignals(True)
         self.draft_combo.setModel(model)
         self.draft_combo.blockSignals(False)
@@ -483,9 +527,11 @@ class PairPicker(QWidget):
         if (kind == MODEL and path in itself) or not self.select_draft(kind, path):
             self.select_draft(DEFAULT_DRAFTER)
             self._replaced = self._why_not_kept(kind, path, main, itself)
+        if server:  # chosen here, not by the user: their choice returns with Specula's own loop
+            self._choose_server_draft()
         self.draft_combo.blockSignals(False)
-        self._show_draft()
         self._show_draft_rows()
+        self._show_draft()
 
     def _why_not_kept(self, kind: str, path: str | None, main: LibraryEntry | None, itself: set) -> str | None:
         """Why the user's draft model gave way to prompt lookup for this main model (one line,
@@ -497,8 +543,12 @@ class PairPicker(QWidget):
             return f"{entry.title} is now the main model"
         if entry.path in itself:
             return f"{entry.title} has the main model's own weights"
-        reason = check_draft(main.info, entry.info).reason if entry.info is not None else "unreadable"
-        return f"{entry.title} cannot draft for {main.title} ({reason})"
+        if entry.info is None:
+            return f"{entry.title} cannot draft for {main.title} (unreadable)"
+        check = check_draft(main.info, entry.info)
+        if self._server_drafts and check:
+            return f"llama-server cannot draft with {entry.title} for {main.title} ({TOKEN_BY_TOKEN})"
+        return f"{entry.title} cannot draft for {main.title} ({check.reason})"
 
     def _on_draft_changed(self, _index: int = 0) -> None:
         self._draft_pref = self.draft_choice()
@@ -510,10 +560,17 @@ class PairPicker(QWidget):
         kind, path = self.draft_choice()
         entry = next((e for e in self._entries if e.path == path), None) if kind == MODEL else None
         facts = DRAFT_FACTS[kind] if kind in DRAFT_FACTS else (entry.facts() if entry is not None else "")
-        if self._replaced:  # said beside the drafter, not only in the pending line
-            facts = (f"<span style='color:#b45309'>{_escape(self._replaced)}: "
-                     f"{_escape(DRAFTER_TEXT[DEFAULT_DRAFTER])} instead</span><br>{_escape(facts)}")
+        instead = entry.title if entry is not None else DRAFTER_TEXT.get(kind, kind)
+        missing = self.no_server_draft()
+        if missing:
+            facts = f"<span style='color:#b91c1c'>{_escape(missing)}.</span>"
+        elif self._replaced or self._server_drafts:  # said beside the drafter, not only in the pending line
+            replaced = (f"<span style='color:#b45309'>{_escape(self._replaced)}: {_escape(instead)} instead</span><br>"
+                        if self._replaced else "")
+            server = f"{_escape(self._server_drafts_line())}<br>" if self._server_drafts else ""
+            facts = f"{replaced}{server}{_escape(facts)}"
         self.draft_facts.setText(facts)
+        self._refresh_load_enabled()
         self.draft_offload.set_model(entry.info if entry is not None else None)
         self._refresh_draft_controls()
         self.selectionChanged.emit()
@@ -522,13 +579,21 @@ class PairPicker(QWidget):
         self.draft_offload.setVisible(self.draft_choice()[0] == MODEL and self.engine.runs_on() != AT_URL)
 
 
-def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same: bool = False) -> QStandardItem:
-    item = QStandardItem(draft_title(entry.title, check, same))
+def _draft_item(entry: LibraryEntry, main: LibraryEntry, check: DraftCheck, same: bool = False,
+                server: bool = False) -> QStandardItem:
+    """A draft model's row; `server`: for llama-server's draft-* types, which draft token by token
+    only (another vocabulary is greyed there, with llama.cpp's reason)."""
+    refused = why_not_on_server(check) if server else None
+    item = QStandardItem(f"{entry.title} — {SERVER_REFUSED}" if refused and check else draft_title(entry.title, check, same))
     item.setData(MODEL, KIND_ROLE)
     item.setData(entry.path, PATH_ROLE)
-    item.setEnabled(bool(check))
-    item.setToolTip(draft_tooltip(entry, main, check, same))
+    item.setEnabled(bool(check) and not refused)
+    item.setToolTip(f"llama-server cannot draft with it for {main.title}: {refused}" if refused and check
+                    else draft_tooltip(entry, main, check, same))
     return item
+
+
+SERVER_REFUSED = "other vocabulary: not for llama-server"
 
 
 BASE_MODEL_NOTE = ("Base model: it has no chat template, so it was not trained to answer; it continues "
