@@ -135,6 +135,13 @@ class _Step:
     verify_s: float = 0.0
 
 
+def _plain(drafter: Drafter) -> bool:
+    """No drafting: NoDrafter, also inside a drafter that only wraps it to learn from the reply
+    (the window's n-gram cache learns from plain replies too): else the schedule asked it for
+    drafts every step and said it "had nothing to propose"."""
+    return isinstance(getattr(drafter, "inner", drafter), NoDrafter)
+
+
 class _Generation:
     """One reply's state between steps: the context, the drafter and its schedule, the
     detokenizer and stop strings, the counters (gpt-fast's loop, with its state named)."""
@@ -162,8 +169,8 @@ class _Generation:
         """Plain decoding asks no schedule (pricing 64 lengths a step cost it 4% of SmolLM2's
         step); n-gram drafters before a draft model get one schedule each (SplitSchedule)."""
         drafter, settings = self.drafter, self.settings
-        if isinstance(drafter, NoDrafter) or not settings.adaptive_draft:
-            return FixedDraftLength(0 if isinstance(drafter, NoDrafter) else settings.draft_max)
+        if _plain(drafter) or not settings.adaptive_draft:
+            return FixedDraftLength(0 if _plain(drafter) else settings.draft_max)
         model_cost = drafter.token_cost_s()
         free_draft = getattr(drafter, "free_draft", None)
         if free_draft is None or getattr(drafter, "fallback", None) is None:

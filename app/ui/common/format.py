@@ -40,6 +40,9 @@ def _decode_tps(summary: Mapping[str, Any]) -> float | None:
     return (n - 1) / seconds if n is not None and n > 1 and seconds else None
 
 
+PLAIN_DRAFTERS = ("none", "llama-server none")  # RunSummary.drafter where plain decoding was chosen
+
+
 def stats_line(summary: Mapping[str, Any]) -> str:
     """'42.1 tok/s · first token in 0.31 s · drafted 120 / accepted 84 (70%) · 3.2 accepted per step'
     (plain words: TTFT and mean accepted length are llama.cpp's names for the two).
@@ -60,7 +63,7 @@ def stats_line(summary: Mapping[str, Any]) -> str:
         mean = _number(summary, "mean_accepted_length")
         if mean is not None:
             parts.append(f"{mean:.1f} accepted per step")
-    elif drafted == 0:
+    elif drafted == 0 and summary.get("drafter") not in PLAIN_DRAFTERS:  # plain chosen: nothing to say
         parts.append("no drafts")
     ending = _ENDINGS.get(str(summary.get("stop_reason", "")))
     if ending:
