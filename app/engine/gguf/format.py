@@ -27,6 +27,15 @@ def _fmt_count(n: int) -> str:
     return str(n)
 
 
+def _params_text(info: GGUFInfo) -> str:
+    """'1.54B (1,543,714,304)', and what was left out where the file stores a tied output again."""
+    text = f"{_fmt_count(info.n_params)} ({info.n_params:,})"
+    if info.tied_output:
+        text += (f"; the output layer repeats the token embeddings (tied, as the size label says): "
+                 f"counted once, {_fmt_count(info.n_params + info.tied_output)} with both copies")
+    return text
+
+
 def format_info(info: GGUFInfo, dtype: str = "bfloat16", title: str | None = None) -> str:
     """Human-readable multi-line summary for `specula inspect`. `title`: the model's name as the
     library shows it (the hub's display_name); the header's own general.name is labelled as such."""
@@ -42,7 +51,7 @@ def format_info(info: GGUFInfo, dtype: str = "bfloat16", title: str | None = Non
         ("architecture", info.architecture),
         ("general.name", info.name or "-"),
         ("size label", info.size_label or "-"),
-        ("parameters", f"{_fmt_count(info.n_params)} ({info.n_params:,})"),
+        ("parameters", _params_text(info)),
         ("file type", info.file_type or "-"),
         ("tensors", f"{len(info.tensors)} ({types})" if types else "0"),
         ("context length", f"{info.context_length:,}"),

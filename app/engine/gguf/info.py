@@ -28,6 +28,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from app.engine.errors import ModelFileError
 from app.engine.gguf.checks import check_tensor_table
+from app.engine.gguf.params import count_params
 from app.engine.gguf.values import DEFAULT_ALIGNMENT, StringArray, as_int, is_count, kind_of
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class GGUFInfo:
     architecture: str
     name: str | None
     size_label: str | None
-    n_params: int
+    n_params: int  # every weight once: a tied output layer stored again is left out (gguf/params.py)
     file_type: str | None
     tensor_types: dict[str, int]
     context_length: int
@@ -142,6 +143,7 @@ class GGUFInfo:
     add_eos_token: bool | None
     has_chat_template: bool
     data_offset: int = 0  # absolute offset of the tensor data section
+    tied_output: int = 0  # elements of an output.weight that repeats the token embeddings, not in n_params
     _kv_heads_total: int = field(default=0, repr=False)  # sum of KV heads over layers
 
     def tokens(self) -> Sequence[str]:
@@ -151,11 +153,11 @@ class GGUFInfo:
 
     def memory_bytes(self, dtype: str = "bfloat16") -> int:
         """Weights once loaded: dequantized at `dtype`, as the torch backend holds them, or for
-        "gguf" as stored, as llama.cpp maps them. A tied output shares token_embd, so it is counted
-        once simply because the file holds it once."""
+        "gguf" as stored, as llama.cpp maps them. Every tensor the file holds is counted, a tied
+        output stored again included: a loader may well keep both copies."""
         if dtype == "gguf":
             return sum(t.n_bytes for t in self.tensors)
-        return self.n_params * _dtype_size(dtype)
+        return (self.n_params + self.tied_output) * _dtype_size(dtype)
 
     def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
         """KV cache bytes per token of context: keys + values over every layer's KV heads ("gguf":
@@ -171,7 +173,7 @@ class GGUFInfo:
         return {
             "path": str(self.path), "file_size": self.file_size, "version": self.version,
             "architecture": self.architecture, "name": self.name, "size_label": self.size_label,
-            "n_params": self.n_params, "file_type": self.file_type,
+            "n_params": self.n_params, "tied_output": self.tied_output, "file_type": self.file_type,
             "tensor_types": dict(self.tensor_types), "n_tensors": len(self.tensors),
             "context_length": self.context_length, "n_layers": self.n_layers,
             "n_embd": self.n_embd, "n_head": self.n_head, "n_head_kv": self.n_head_kv,
@@ -455,10 +457,11 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
 
     template = md.get("tokenizer.chat_template")
     counts = Counter(t.ggml_type for t in tensors)
+    params = count_params(tensors, md.get("general.size_label"))
     return GGUFInfo(
         path=path, file_size=file_size, version=version, metadata=md, tensors=tensors,
         architecture=arch, name=md.get("general.name"), size_label=md.get("general.size_label"),
-        n_params=sum(t.n_elements for t in tensors),
+        n_params=params.n_params,
         file_type=_file_type_name(md.get("general.file_type")),
         tensor_types=dict(counts.most_common()),
         context_length=as_int(md.get(f"{arch}.context_length")),
@@ -469,7 +472,7 @@ def _build(path: Path, file_size: int, version: int, md: dict[str, Any],
         add_bos_token=opt_bool("tokenizer.ggml.add_bos_token"),
         add_eos_token=opt_bool("tokenizer.ggml.add_eos_token"),
         has_chat_template=isinstance(template, str) and bool(template.strip()),
-        data_offset=data_offset, _kv_heads_total=kv_total,
+        data_offset=data_offset, tied_output=params.tied_output, _kv_heads_total=kv_total,
     )
 
 
