@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
 _EXPAND = ["downloads", "likes", "lastModified", "createdAt", "gated", "tags", "gguf"]
 _PROBE_TIMEOUT_S = 5.0
+# A search of several words asks the hub for this many times the results wanted (at most
+# _MAX_ASKED), since the words matched here leave out most of what the longest one finds.
+_WIDEN, _MAX_ASKED = 10, 1000
 
 
 @dataclass(frozen=True)
@@ -77,17 +80,33 @@ def _probe() -> None:
         get_session().head(f"{endpoint()}/", timeout=_PROBE_TIMEOUT_S)
 
 
+def search_words(query: str) -> list[str]:
+    """The words of a search, lower-cased: each must be in a repository's id for it to match."""
+    return [w for w in query.lower().split() if w]
+
+
 def search_gguf(query: str, sort: str = "downloads", limit: int = 30) -> list[RepoResult]:
-    """GGUF repositories matching `query`, best first by `sort` (downloads, likes or recent)."""
+    """GGUF repositories whose id holds every word of `query` ("qwen coder" finds
+    Qwen2.5-Coder), best first by `sort` (downloads, likes or recent). The hub's `search` matches
+    one substring of the id, so it is asked for the longest word (the fewest results), more of
+    them than `limit`, and the other words are matched here."""
     if sort not in SORTS:
         raise HubError(f"unknown sort {sort!r} (use {', '.join(SORTS)})")
+    words = search_words(query)
+    asked = max(words, key=len) if words else None
+    wanted = max(1, limit)
     check_online("search the hub")
     _probe()
     api = HfApi(endpoint=endpoint())
     with hub_call("search the hub"):
-        models = list(api.list_models(search=query or None, filter="gguf", sort=SORTS[sort],
-                                      limit=max(1, limit), expand=_EXPAND))
-    return [r for r in map(_repo_result, models) if r is not None]
+        models = list(api.list_models(search=asked, filter="gguf", sort=SORTS[sort],
+                                      limit=wanted if len(words) < 2 else min(wanted * _WIDEN, _MAX_ASKED),
+                                      expand=_EXPAND))
+    others = words[:]
+    if asked is not None:
+        others.remove(asked)  # the hub matched that one its own way
+    found = [r for r in map(_repo_result, models) if r is not None]
+    return [r for r in found if all(w in r.repo_id.lower() for w in others)][:wanted]
 
 
 def _repo_result(model: Any) -> RepoResult | None:

@@ -51,6 +51,26 @@ def test_files_grouped_by_quant_with_split_parts_as_one(hub, hub_files):
     assert list(group_by_quant(files)) == ["Q8_0", "F32"]
 
 
+def test_a_search_of_several_words_finds_repos_with_all_of_them(hub, fake_hub, hub_files):
+    """Issue 60 item 15: "qwen coder" found nothing where "coder" found both Qwen2.5-Coder repos
+    (the hub matches one substring of the id)."""
+    coders = ["FAKEORG/qwen2.5-coder-1.5b-instruct-q4_k_m-GGUF", "FAKEORG/qwen2.5-coder-0.5b-instruct-q4_k_m-GGUF"]
+    for downloads, repo_id in enumerate(reversed(coders)):
+        fake_hub.add_repo(repo_id, {"model-Q8_0.gguf": hub_files["q8"]}, downloads=downloads)
+    fake_hub.add_repo("FAKEORG/deepseek-coder-1.3b-GGUF", {"model-Q8_0.gguf": hub_files["q8"]})
+    try:
+        assert [r.repo_id for r in search_gguf("qwen coder")] == coders
+        assert [r.repo_id for r in search_gguf("Coder  QWEN 1.5b")] == coders[:1]  # any order, any case
+        assert len(search_gguf("coder")) == 3 and search_gguf("qwen coder", limit=1)[0].repo_id == coders[0]
+        assert [r.repo_id for r in search_gguf("4l tiny")] == [REPO_BIG]
+        assert search_gguf("qwen llama") == []
+        asked = [e.path for e in fake_hub.log if e.path.startswith("/api/models?")]
+        assert all("search=coder" in p or "search=tiny" in p or "search=llama" in p for p in asked)
+    finally:
+        for repo_id in [*coders, "FAKEORG/deepseek-coder-1.3b-GGUF"]:
+            del fake_hub.repos[repo_id]
+
+
 @pytest.mark.parametrize("name, quant", [
     ("Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", "Q4_K_M"),
     ("SmolLM2-135M-Instruct.Q4_1.gguf", "Q4_1"),
