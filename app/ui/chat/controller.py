@@ -16,9 +16,11 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QSettings, QTimer, Signal
 
+from app.engine.llama_server.notes import server_draft_note
 from app.ui.chat.history import DEFAULT_TITLE, HistoryError, HistoryStore, title_from
 from app.ui.chat.panel import ChatPanel
 from app.ui.common.budget import FrameBudget
+from app.ui.common.format import PLAIN_DRAFTERS
 from app.worker.host import ModelHost
 from app.worker.requests import ChatRequest, GenSettings
 
@@ -285,6 +287,7 @@ class ChatController(QObject):
             return
         stats: dict[str, Any] | None = None
         if summary is not None:
+            summary = self._with_server_note(summary)
             stats = {k: v for k, v in summary.items() if k not in _NOT_SAVED}
         elif error:
             stats = {"stop_reason": "error", "error": error}
@@ -334,9 +337,21 @@ class ChatController(QObject):
     def _remember_reference(self, summary: dict) -> None:
         main = self._loaded_main()
         tps = summary.get("decode_tps") or 0.0
-        if main and summary.get("drafter") == "none" and tps > 0 and summary.get("n_predicted", 0) >= 8:
+        if main and summary.get("drafter") in PLAIN_DRAFTERS and tps > 0 and summary.get("n_predicted", 0) >= 8:
             self._settings.setValue(_reference_key(main), float(tps))
             self.charts.set_reference_tps(float(tps))
+
+    def _with_server_note(self, summary: dict) -> dict:
+        """A llama-server reply slower than this model's plain speed, or one whose type drafted
+        nothing, with why in words from llama-server's own counts (the line our loop's schedule
+        writes for its own replies)."""
+        if summary.get("schedule_note"):
+            return summary
+        counts = [summary.get(k) for k in ("n_predicted", "n_drafted", "n_accepted", "n_steps", "decode_tps")]
+        if not all(isinstance(v, (int, float)) for v in counts):  # a server that did not say
+            return summary
+        note = server_draft_note(str(summary.get("drafter", "")), *counts, self.reference_tps(self._loaded_main()))
+        return {**summary, "schedule_note": note} if note else summary
 
     # --- view ---------------------------------------------------------------------------------
 

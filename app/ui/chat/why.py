@@ -6,7 +6,8 @@ panel draws the speed a draft of k gives at each acceptance (1.0x: plain decodin
 line where a draft breaks even, and a marker at the acceptance this reply has reached, with the
 same sentence `specula run --explain` prints. The acceptance moves as the reply streams (counted
 from its steps); the prices are the machine's and the models', so they stay from one reply to the
-next until a reply brings new ones.
+next until a reply brings new ones. llama-server prices nothing: where its drafted reply was slower
+than plain, the words are why, from its own counts (the reply's schedule_note).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class WhyPanel(QWidget):
     def __init__(self, parent: QWidget | None = None, redraw_hz: float = 4.0) -> None:
         super().__init__(parent)
         self.prices: Prices | None = None
+        self._server_note: str | None = None  # why llama-server's drafts did not pay, in its own counts
         self._drafted = self._accepted = 0
         self.budget = FrameBudget(redraw_hz, WHY_SHARE)
         self._timer = QTimer(self)
@@ -82,6 +84,7 @@ class WhyPanel(QWidget):
     def reset(self) -> None:
         """A new reply: its acceptance starts over; the prices stay until it brings its own."""
         self._drafted = self._accepted = 0
+        self._server_note = None
         self.redraw()
 
     def add_steps(self, events: tuple) -> None:
@@ -96,6 +99,9 @@ class WhyPanel(QWidget):
         nothing (plain decoding, a server's own speculation) leaves the last prices up."""
         costs = (summary or {}).get("step_costs") or ()
         token = (summary or {}).get("draft_token_cost")
+        note = (summary or {}).get("schedule_note")
+        from_server = str((summary or {}).get("drafter", "")).startswith("llama-server")
+        self._server_note = note if from_server and isinstance(note, str) and note else None
         if len(costs) >= 2 and isinstance(token, (int, float)) and all(c > 0 for c in costs):
             self.prices = Prices(tuple(float(c) for c in costs), float(token), None)
         self.redraw()
@@ -110,10 +116,13 @@ class WhyPanel(QWidget):
         self.budget.timed(self._draw)
 
     def _draw(self) -> None:
+        if self._server_note:  # llama-server prices nothing: its counts say why, the curve stays ours
+            self.words.setText(self._server_note + ".")  # it starts with a program's name: kept lower-case
         if self.prices is None:
             for part in (self._curve, self._seen, self._dot):
                 part.hide()
-            self.words.setText(_NOTHING_PRICED)
+            if not self._server_note:
+                self.words.setText(_NOTHING_PRICED)
             return
         reading = self.prices.break_even(self.seen)
         k = reading.length or 4
@@ -133,4 +142,5 @@ class WhyPanel(QWidget):
             self._dot.setData([reading.seen * 100], [self.prices.speedup(reading.seen, k)])
             self._seen.show()
             self._dot.show()
-        self.words.setText(reading.sentence()[0].upper() + reading.sentence()[1:] + ".")
+        if not self._server_note:
+            self.words.setText(reading.sentence()[0].upper() + reading.sentence()[1:] + ".")
