@@ -23,8 +23,10 @@ def server_draft_note(drafter: str, predicted: int, drafted: int, accepted: int,
     if not drafter.startswith("llama-server") or types in ("", "none", "at its URL"):
         return None
     if drafted <= 0:
-        return (f"llama-server's {types} drafted nothing in this reply (nothing it could draft from), "
-                "so it ran at plain decoding's speed") if predicted >= 8 else None
+        why = ("no draft passed its --spec-draft-p-min and --spec-draft-n-min" if "draft-" in types
+               else "nothing earlier matched what it was writing")
+        return (f"llama-server's {types} drafted nothing in this reply ({why}), so it ran at plain decoding's "
+                "speed") if predicted >= 8 else None
     if not plain_tps or tps <= 0 or tps >= SLOWER * plain_tps or steps <= 0:
         return None
     per_step = (accepted + steps) / steps  # each drafting step: its accepted drafts and the main model's own token
