@@ -68,9 +68,10 @@ def test_the_slow_draft_note_reads_llama_servers_counts():
     # The reply: 13.8 tok/s with draft-simple against ~21 plain.
     note = server_draft_note("llama-server draft-simple", predicted=256, drafted=240, accepted=72, steps=60,
                              tps=13.8, plain_tps=21.0)
-    assert note == ("llama-server drafted 240 tokens, accepted 72 (30%): a verify step yielded 2.2 tokens and "
-                    "took as long as 4.4 plain ones (13.8 tok/s against this model's 21.0 plain), so drafting "
-                    "was slower; it pays only where a step yields more tokens than it costs")
+    assert note == ("llama-server drafted 240 tokens, accepted 72 (30%): a verify step gave 2.2 tokens (1.2 "
+                    "accepted + 1 of the main model's) and took as long as 4.4 plain ones (13.8 tok/s against "
+                    "this model's 21.0 plain), so drafting was slower; it pays only where a step gives more "
+                    "tokens than it costs")
     assert server_draft_note("llama-server draft-simple", 256, 240, 200, 60, 25.0, 21.0) is None  # it paid
     assert server_draft_note("llama-server draft-simple", 256, 240, 72, 60, 13.8, None) is None  # no plain known
     assert server_draft_note("llama-server none", 256, 0, 0, 0, 13.8, 21.0) is None

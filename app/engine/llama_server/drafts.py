@@ -35,7 +35,7 @@ def why_not_on_server(check: DraftCheck) -> str | None:
     if server_usable(check):
         return None
     hint = f"; {OWN_LOOP_HINT}" if check.text_level else ""
-    return f"{TOKEN_BY_TOKEN} ({check.token.reason}){hint}"
+    return f"{TOKEN_BY_TOKEN}; here {check.token.reason}{hint}"
 
 
 def check_server_draft(main: GGUFInfo, draft: GGUFInfo) -> None:

@@ -33,8 +33,9 @@ def server_draft_note(drafter: str, predicted: int, drafted: int, accepted: int,
     cost = _step_cost(predicted, accepted + steps, steps, tps, plain_tps)
     took = f" and took as long as {cost:.1f} plain ones" if cost is not None and cost > per_step else ""
     return (f"llama-server drafted {drafted} tokens, accepted {accepted} ({accepted / drafted:.0%}): a verify "
-            f"step yielded {per_step:.1f} tokens{took} ({tps:.1f} tok/s against this model's {plain_tps:.1f} "
-            "plain), so drafting was slower; it pays only where a step yields more tokens than it costs")
+            f"step gave {per_step:.1f} tokens ({per_step - 1:.1f} accepted + 1 of the main model's){took} "
+            f"({tps:.1f} tok/s against this model's {plain_tps:.1f} plain), so drafting was slower; it pays only "
+            "where a step gives more tokens than it costs")
 
 
 def _step_cost(predicted: int, from_steps: int, steps: int, tps: float, plain_tps: float) -> float | None:
