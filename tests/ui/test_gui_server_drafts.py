@@ -80,6 +80,12 @@ def test_draft_simple_offers_only_same_vocabulary_drafts_best_first(qtbot, data_
     assert picker.draft_choice() == kept
     assert {path: on for _, on, _, path in shown_drafts(picker)}[str(other_vocab)] is True
 
+    # Compare's fastest row on llama-server with that draft is refused with llama.cpp's reason.
+    from app.compare.results import LLAMA_SERVER as SERVER_ROW
+
+    why = picker.apply(str(main), SERVER_ROW, str(other_vocab), server_types="draft-simple")
+    assert why.startswith(f"{other_vocab.name} cannot be llama-server's draft") and TOKEN_BY_TOKEN in why
+
 
 def test_with_no_draft_llama_server_can_use_load_is_off_and_says_why(qtbot, data_dir, tiny_paths):
     window = open_window(qtbot)

@@ -243,10 +243,13 @@ class PairPicker(QWidget):
             return None
         if drafter != MODEL:  # an n-gram kind the chat does not offer (ngram-mod)
             return f"the chat does not draft with {drafter}; the command line does (specula run --spec-type)"
+        return f"{Path(draft_path or drafter).name} cannot be the chat's draft: {self._draft_row_tip(draft_path)}"
+
+    def _draft_row_tip(self, draft_path: str | None) -> str:
+        """Why a draft model's row cannot be chosen: its tooltip, or that it is not listed."""
         rows = [self.draft_combo.model().item(r) for r in range(self.draft_combo.count())]
         item = next((i for i in rows if i.data(PATH_ROLE) == draft_path and draft_path), None)
-        reason = item.toolTip() if item is not None else "it is not in the library"
-        return f"{Path(draft_path or drafter).name} cannot be the chat's draft: {reason}"
+        return item.toolTip() if item is not None else "it is not in the library"
 
     def _apply_server_types(self, main_path: str, server_types: str, draft_path: str | None) -> str | None:
         """llama-server with the comparison's --spec-type (the Model tab runs one type)."""
@@ -255,7 +258,7 @@ class PairPicker(QWidget):
         types = [t for t in server_types.split(",") if t] or ["none"]
         self.engine.set_spec_type(types[0])
         if draft_path and not self.select_draft(MODEL, draft_path):
-            return f"{Path(draft_path).name} is not a usable draft model in the library"
+            return f"{Path(draft_path).name} cannot be llama-server's draft: {self._draft_row_tip(draft_path)}"
         if len(types) > 1:
             return (f"the Model tab runs one llama.cpp type at a time: {types[0]} is chosen; "
                     f"specula run --engine llama-server --spec-type {server_types} runs them all")
@@ -336,12 +339,11 @@ class PairPicker(QWidget):
 
     def set_progress(self, stage: str, fraction: float) -> None:
         self.progress.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
-        # Never clipped: a long stage is shortened in the middle to the bar's width, whole in its tooltip.
-        percent = f" {self.progress.value() // 10}%"
-        room = max(self.progress.width() - 16 - self.progress.fontMetrics().horizontalAdvance(percent), 40)
-        shown = self.progress.fontMetrics().elidedText(stage, Qt.TextElideMode.ElideMiddle, room)
-        self.progress.setFormat(shown.replace("%", "%%") + " %p%")
+        # The stage in words on the wrapping line under the bar: cut to the bar's width it read
+        # "main model: meas…(once per model)" (issue 60 item 10).
+        self.progress.setFormat("%p%")
         self.progress.setToolTip(stage)
+        self.state_label.setText(_escape(stage))
 
     def set_loaded(self, facts: Facts, spec: PairChoice | None) -> None:
         self._loaded_spec, self._loaded_facts = spec, facts
