@@ -11,6 +11,7 @@ import pytest
 
 from app.engine.errors import IncompatibleDraftError
 from app.engine.llama_server.drafts import TOKEN_BY_TOKEN
+from app.ui.models.pair_picker import PATH_ROLE
 from app.worker.requests import HERE, LLAMA_SERVER, MODEL
 from tests.engine.test_llama_server import _run
 from tests.gui_support import add_models, open_window, shot
@@ -19,8 +20,8 @@ from tests.gui_support import add_models, open_window, shot
 def shown_drafts(picker) -> list[tuple[str, bool, str, str]]:
     """(text, enabled, tooltip, path) of the draft rows the list shows."""
     combo, model = picker.draft_combo, picker.draft_combo.model()
-    return [(model.item(r).text(), model.item(r).isEnabled(), model.item(r).toolTip(), model.item(r).data(
-        Qt_path_role())) for r in range(combo.count()) if not combo.view().isRowHidden(r)]
+    return [(model.item(r).text(), model.item(r).isEnabled(), model.item(r).toolTip(), model.item(r).data(PATH_ROLE))
+            for r in range(combo.count()) if not combo.view().isRowHidden(r)]
 
 
 def show_draft_box(picker) -> None:
@@ -34,17 +35,11 @@ def show_draft_box(picker) -> None:
         area.ensureWidgetVisible(picker.draft_box)
 
 
-def Qt_path_role():  # noqa: N802 - the picker's role for a row's file
-    from app.ui.models.pair_picker import PATH_ROLE
-
-    return PATH_ROLE
-
-
 def test_draft_simple_offers_only_same_vocabulary_drafts_best_first(qtbot, data_dir, tiny_paths):
-    main, same_family, other_family, other_vocab = (tiny_paths[n] for n in
-                                                     ("llama-f32", "llama-other", "qwen2-f32", "llama-b"))
+    main, smaller, same_size, other_family, other_vocab = (
+        tiny_paths[n] for n in ("llama-f32", "llama-other", "llama-q8", "qwen2-f32", "llama-b"))
     window = open_window(qtbot)
-    add_models(qtbot, window, [other_vocab, other_family, main, same_family])
+    add_models(qtbot, window, [other_vocab, other_family, main, same_size, smaller])
     picker = window.picker
     assert picker.select_main(str(main))
     here = {path: enabled for _, enabled, _, path in shown_drafts(picker)}
@@ -55,18 +50,19 @@ def test_draft_simple_offers_only_same_vocabulary_drafts_best_first(qtbot, data_
     picker.engine.set_spec_type("draft-simple")
     rows = shown_drafts(picker)
     enabled = [path for _, on, _, path in rows if on]
-    # Only the same vocabulary, the same family's smaller model first; the chosen draft is it.
-    assert enabled == [str(same_family), str(other_family)]
-    assert picker.draft_choice() == (MODEL, str(same_family))
+    # Only the same vocabulary: the same family's smaller model first, then its own family; the
+    # chosen draft is the first.
+    assert enabled == [str(smaller), str(same_size), str(other_family)]
+    assert picker.draft_choice() == (MODEL, str(smaller))
     greyed = {path: (text, tip) for text, on, tip, path in rows if not on}
     assert str(other_vocab) in greyed and "SmolLM2" in " ".join(t for t, _ in greyed.values())
     text, tip = greyed[str(other_vocab)]
     assert "not for llama-server" in text
     assert TOKEN_BY_TOKEN in tip and "token text differs at id" in tip and "through text" in tip
     assert not picker.select_draft(MODEL, str(other_vocab))  # greyed: it cannot be chosen
-    assert f"2 of {len(rows)} models here share the main model's vocabulary" in picker.draft_facts.text()
+    assert f"3 of {len(rows)} models here share the main model's vocabulary" in picker.draft_facts.text()
     assert picker.load_button.isEnabled() and picker.problem() is None
-    assert picker.spec().draft_path == str(same_family)
+    assert picker.spec().draft_path == str(smaller)
     show_draft_box(picker)
     shot(window, "60-2-llama-server-draft-list")
     picker.draft_combo.showPopup()
