@@ -108,11 +108,24 @@ def cache_file() -> Path:
 
 
 def _key(weights, build: str) -> str:
-    path = weights.path
+    return _file_key(weights.path, weights.settings, weights.n_gpu_layers, build)
+
+
+def _file_key(path: Path, settings, n_gpu_layers: int, build: str) -> str:
     stat = path.stat()
-    text = (f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}:{weights.settings}:{weights.n_gpu_layers}:{build}"
-            f":v{_CURVE_VERSION}")
+    text = f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}:{settings}:{n_gpu_layers}:{build}:v{_CURVE_VERSION}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def cached_curve(path: Path, settings, n_gpu_layers: int, build: str) -> StepCurve | None:
+    """The curve measured when this file was loaded with these settings, layers offloaded and
+    build; None where it never was (or its entry is damaged). Reads the cache, measures nothing."""
+    try:
+        key = _file_key(path, settings, n_gpu_layers, build)
+    except OSError:
+        return None
+    points = _valid(read_json_object(cache_file()).get(key))
+    return StepCurve(points) if points is not None else None
 
 
 def _valid(points: object) -> dict[int, float] | None:
