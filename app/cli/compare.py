@@ -1,6 +1,6 @@
 """`specula compare`: one main model, several drafters, one prompt set, side by side, headless.
 
-    specula compare -m MAIN --drafts none,lookup,ngram-cache,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
+    specula compare -m MAIN --drafts none,lookup+ngram-cache+ngram-mod,lookup,PATH_OR_REPO... [--prompts builtin|CATS|FILE]
                     [--draft-max 4,8,16] [-r RUNS] [--json OUT] [--csv OUT] [--png OUT]
 
 A progress bar goes to stderr; the table, the verdict and the `specula run` command that reproduces
@@ -26,7 +26,8 @@ from app.cli.spec_args import ENGINE_KIND, UsageError, spec_types
 from app.cli.request import check_server_url, read_api_key, rpc_endpoints
 from app.compare.choices import parse_drafts, parse_lengths, resolve_draft, url_choice
 from app.compare.prompts import CATEGORIES, own_prompt, prompts_from_arg
-from app.compare.results import COMPLETE, NGRAM_PARTS, CompareRequest, Progress, RunSettings
+from app.compare.results import COMPLETE, NGRAM_PARTS, NONE, CompareRequest, Progress, RunSettings
+from app.engine.drafting.kinds import LEARNING
 from app.engine.settings import GenSettings
 from app.hub.builtin import resolve_model_arg
 
@@ -34,14 +35,16 @@ from app.hub.builtin import resolve_model_arg
 def register(sub) -> None:
     parser = sub.add_parser("compare", help="compare drafters side by side on a prompt set (table, JSON, CSV, PNG)")
     add_model_flags(parser, draft=False)
-    parser.add_argument("--drafts", default="none,lookup", metavar="LIST",
+    parser.add_argument("--drafts", default=f"{NONE},{LEARNING}", metavar="LIST",
                         help="comma-separated: none (always run, the baseline), lookup, ngram-cache, ngram-mod, "
                              "ngram-map-k, ngram-map-k4v (n-gram kinds joined by + are one combined drafter: "
-                             "lookup+ngram-cache), GGUF files, built-in models, or owner/repo/file.gguf from Hugging "
-                             "Face (default none,lookup); llama.cpp's own speculation as llama-server:TYPE[+TYPE] (any "
+                             f"{LEARNING} is the chat's default), GGUF files, built-in models, or "
+                             "owner/repo/file.gguf from Hugging Face (default "
+                             f"{NONE},{LEARNING}); llama.cpp's own speculation as llama-server:TYPE[+TYPE] (any "
                              "--spec-type of llama-server, started here on the same prompt ids; llama-server:none is "
-                             "its plain decoding; draft-* types use the first -md model). "
-                             "An ngram-cache starts empty and learns from each of its replies in turn")
+                             "its plain decoding, run beside any other type to measure drafting against; draft-* "
+                             "types use the first -md model). An ngram-cache and an ngram-mod pool start empty in "
+                             "each run and learn from each of their replies in turn, as the chat's do")
     parser.add_argument("--spec-type", type=spec_types, default=None, metavar="TYPE[,TYPE...]",
                         help="llama.cpp's name: add the n-gram types (ngram-simple = lookup, ngram-mod, ngram-map-k, "
                              "ngram-map-k4v, ngram-cache), combined into one drafter as llama.cpp combines them, to --drafts; "
@@ -124,7 +127,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from app.compare.export import format_table, save_csv
     from app.compare.fastest import reproduce_line
     from app.compare.runner import Runner
-    from app.compare.summary import verdict
+    from app.compare.verdict import verdict
     from app.engine.errors import LoadCancelled
 
     stop = threading.Event()

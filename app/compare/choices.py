@@ -7,7 +7,8 @@ it is there, and downloaded (into that cache, verified) only when it is not.
 
 Beside Specula's own drafters, llama.cpp's: "llama-server:TYPE[+TYPE]" runs the same prompt ids on
 llama-server started here with that --spec-type list ("llama-server:none" is its plain decoding;
-draft-* types use the -md model), and a server at a URL (`--server URL`) answers the same prompts.
+draft-* types use the -md model; any of its types brings its plain decoding along, to measure
+drafting against), and a server at a URL (`--server URL`) answers the same prompts.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def server_choice(types: str, draft_model: str | None = None) -> DraftChoice:
     if needs_draft and not draft_model:
         raise SpeculaError(f"llama-server:{types}: {needs_draft[0]} needs a draft model (-md FILE)")
     path = str(resolve_model_arg(draft_model)) if needs_draft else None
-    shown = "+".join(names)
-    return DraftChoice(LLAMA_SERVER, path, f"llama-server {shown}", server_types="" if names == (NONE,) else ",".join(names))
+    plain = names == (NONE,)
+    shown = "plain" if plain else "+".join(names)
+    return DraftChoice(LLAMA_SERVER, path, f"llama-server {shown}", server_types="" if plain else ",".join(names))
 
 
 def url_choice(url: str) -> DraftChoice:
@@ -124,10 +126,11 @@ def _label(path: Path) -> str:
 def plan_configs(drafts: list[DraftChoice], sweep: tuple[int, ...] = ()) -> list[ConfigSpec]:
     """"none" first (the baseline, run once), then each drafter: with the adaptive length, or
     with each fixed length of the sweep. Names are unique (a second model of the same name gets
-    a number)."""
+    a number). llama-server's types come with its plain decoding (added before them where not
+    asked for): their drafting is measured against it, their engine's speed against ours."""
     configs = [ConfigSpec(NONE, NONE, label=NONE)]
     used = {NONE}
-    for draft in drafts:
+    for draft in _with_server_plain(drafts):
         if draft.kind == NONE:
             continue
         label = _unique(draft.name, used)
@@ -139,6 +142,14 @@ def plan_configs(drafts: list[DraftChoice], sweep: tuple[int, ...] = ()) -> list
         for k in sweep:
             configs.append(ConfigSpec(f"{label} k={k}", draft.kind, draft.path, label, k, False))
     return configs
+
+
+def _with_server_plain(drafts: list[DraftChoice]) -> list[DraftChoice]:
+    servers = [i for i, d in enumerate(drafts) if d.kind == LLAMA_SERVER]
+    if not servers or any(not drafts[i].server_types for i in servers):
+        return drafts
+    first = servers[0]
+    return [*drafts[:first], server_choice(NONE), *drafts[first:]]
 
 
 def _unique(name: str, used: set[str]) -> str:

@@ -37,7 +37,7 @@ def header_lines(run: CompareRun) -> list[str]:
 
 def format_table(run: CompareRun) -> str:
     rows = table_rows(run)
-    header = (f"{'category':<10} {'config':<24} {'tokens':>6} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
+    header = (f"{'category':<10} {'config':<24} {'tokens':>6} {'tok/s':>8} {'speedup':>8} {'accept':>8} "
               f"{'acc/step':>8} {'TTFT':>8} {'peak RSS':>9}  {'identical':<9}  why")
     lines = [*header_lines(run), header, "-" * len(header)]
     previous = None
@@ -46,6 +46,9 @@ def format_table(run: CompareRun) -> str:
             lines.append("")
         previous = row.category
         lines.append(_text_row(row))
+    for row in rows:
+        if row.nothing_drafted is not None and row.category == rows[-1].category:  # once, on the overall rows
+            lines.append(f"# {row.config}: {row.nothing_drafted}")
     for error in run.errors:
         lines.append(f"# {error.config}: not run ({error.message})")
     return "\n".join(lines)
@@ -53,7 +56,10 @@ def format_table(run: CompareRun) -> str:
 
 def _text_row(r: Row) -> str:
     speedup = f"{r.speedup:7.2f}x" if r.speedup is not None else f"{'-':>8}"
-    accept = f"{100 * r.accept_rate:6.1f}%" if r.accept_rate is not None else f"{'-':>7}"
+    if r.nothing_drafted is not None or r.accept_rate is None:
+        accept = f"{r.accept_text:>8}"  # "declined", "none drafted", "-"
+    else:
+        accept = f"{100 * r.accept_rate:7.1f}%"
     mean = f"{r.mean_accepted:8.2f}" if r.mean_accepted is not None else f"{'-':>8}"
     rss = f"{r.peak_rss_bytes / MiB:6.0f} MiB" if r.peak_rss_bytes is not None else f"{'-':>9}"
     return (f"{r.category[:10]:<10} {r.config[:24]:<24} {r.n_tokens:>6} {r.tps:>8.2f} {speedup} {accept} "

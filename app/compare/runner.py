@@ -73,7 +73,7 @@ class Runner:
         self.run_state: CompareRun | None = None
         self.baseline: dict[int, tuple[int, ...]] = {}
         self.baseline_text: dict[int, str] = {}
-        self._ngram_caches: dict[tuple[str, int], object] = {}  # (config name, round) -> its NgramCache
+        self._ngram_drafters: dict[tuple[str, int], object] = {}  # (config name, round) -> its n-gram drafter
         self._headers: dict[str, Headers] = {}  # draft file -> its header and check, read once before any load
         self._main_info: GGUFInfo | None = None  # the main header, read by _check_drafts
         self._check: DraftCheck | None = None  # the loaded draft model's, carried to each of its drafters
@@ -283,18 +283,20 @@ class Runner:
     def _drafter(self, main: LoadedModel, draft: LoadedModel | None, config: ConfigSpec, repeat: int = 0,
                  warm_up: bool = False):
         """A fresh drafter per reply: a draft model's cache must not carry over between prompts.
-        An n-gram cache does, on purpose: each configuration's own, empty at the start of each
-        round, learning from each of its replies in turn (never from another configuration's, nor
-        from an earlier round's: that one has seen these very replies and would flatter it)."""
+        An n-gram drafter's learning does, on purpose, as in the chat: each configuration's own
+        n-gram cache and ngram-mod pool (the session takes a fresh() drafter per reply, sharing
+        them), empty at the start of each round, learning from each of its replies in turn (never
+        from another configuration's, nor from an earlier round's: that one has seen these very
+        replies and would flatter it)."""
         if config.drafter == MODEL:
             return make_drafter(main, draft=draft, draft_ctx=self.request.ctx_size or None, check=self._check)
-        if warm_up:  # a cache of its own: the warm-up reply is the first prompt's, it must not teach it
+        if warm_up:  # learning of its own: the warm-up reply is the first prompt's, it must not teach it
             return make_drafter(main, config.drafter, cache=open_cache(main, None))
         key = (config.name, repeat)
-        if key not in self._ngram_caches:
-            self._ngram_caches = {k: v for k, v in self._ngram_caches.items() if k[1] == repeat}
-            self._ngram_caches[key] = open_cache(main, None)
-        return make_drafter(main, config.drafter, cache=self._ngram_caches[key])
+        if key not in self._ngram_drafters:
+            self._ngram_drafters = {k: v for k, v in self._ngram_drafters.items() if k[1] == repeat}
+            self._ngram_drafters[key] = make_drafter(main, config.drafter, cache=open_cache(main, None))
+        return self._ngram_drafters[key]
 
     def _settings(self, main: LoadedModel, config: ConfigSpec) -> DecodeSettings:
         s = self.request.settings

@@ -1,5 +1,5 @@
-"""What a comparison means: per configuration and category figures, the verdict line, the curves,
-and the differences from an earlier run. Plain Python over results.CompareRun (no torch, no Qt).
+"""What a comparison means: per configuration and category figures, the curves and the
+differences from an earlier run (the verdict is app.compare.verdict's). Plain Python over results.CompareRun (no torch, no Qt).
 
 Speeds are decoding speeds: tokens after the first one over the time they took (the first token
 comes from the prompt pass and is the time to first token, reported on its own). A group of
@@ -35,6 +35,11 @@ class Row:
     drafter: str = NONE
     # Why its drafts pay here or not, from the schedule's prices in its last reply (None: unpriced).
     why: BreakEven | None = None
+    # Over its own engine's plain decoding on the same prompts (plain_of): the part of the speed
+    # that is drafting. None for a plain row, and where no plain row of its engine ran.
+    gain: float | None = None
+    # A drafting row that drafted nothing: why, in words ("declined: <the schedule's reason>").
+    nothing_drafted: str | None = None
 
     @property
     def why_text(self) -> str:
@@ -46,6 +51,30 @@ class Row:
             return "-"
         return "yes" if self.n_identical == self.n_prompts else f"NO ({self.n_identical}/{self.n_prompts})"
 
+    @property
+    def accept_text(self) -> str:
+        """'82%'; 'declined' or 'none drafted' for a drafter that drafted nothing; '-' for plain decoding."""
+        if self.nothing_drafted is not None:
+            return "declined" if self.nothing_drafted.startswith(DECLINED) else "none drafted"
+        return "-" if self.accept_rate is None else f"{self.accept_rate:.0%}"
+
+
+def is_plain(config: ConfigSpec) -> bool:
+    """Plain decoding on its engine: ours (none) or llama-server's (no --spec-type)."""
+    return config.drafter == NONE or (config.drafter == LLAMA_SERVER and not config.server_types)
+
+
+def plain_of(run: CompareRun, config: ConfigSpec) -> str | None:
+    """The row whose speed a drafted row's drafting is measured against: its own engine's plain
+    decoding (none for ours, llama-server's for a llama-server type). None for a plain row, for a
+    server at a URL (its own model and engine), and for a llama-server type run without
+    llama-server's plain row: there the engine's part and drafting's cannot be told apart."""
+    if is_plain(config) or config.drafter == SERVER_URL:
+        return None
+    if config.drafter == LLAMA_SERVER:
+        return next((c.name for c in run.configs if c.drafter == LLAMA_SERVER and is_plain(c)), None)
+    return NONE
+
 
 def _speed(results: list[PromptResult]) -> float:
     summaries = [r.summary for r in results]
@@ -54,13 +83,13 @@ def _speed(results: list[PromptResult]) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
-def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tps: float | None) -> Row:
+def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tps: float | None,
+         plain_tps: float | None = None) -> Row:
     summaries = [r.summary for r in results]
     drafted = sum(s.n_drafted for s in summaries)
     steps = sum(s.n_steps for s in summaries)
     # llama-server's plain decoding drafts nothing by design; a server at a URL may not report it
-    plain_server = config.drafter == LLAMA_SERVER and not config.server_types
-    drafting = config.drafter != NONE and not plain_server and (config.drafter != SERVER_URL or drafted > 0)
+    drafting = not is_plain(config) and (config.drafter != SERVER_URL or drafted > 0)
     tps = _speed(results)
     rss = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
     identical = [r.identical for r in results if r.identical is not None]
@@ -78,7 +107,24 @@ def _row(config: ConfigSpec, category: str, results: list[PromptResult], base_tp
         n_identical=sum(identical) if (drafting or config.drafter in ENGINE_KINDS) and identical else None,
         drafter=config.drafter,
         why=_why(summaries, sum(s.n_accepted for s in summaries) / drafted if drafting and drafted else None),
+        gain=tps / plain_tps if plain_tps else None,
+        nothing_drafted=_nothing_drafted(summaries) if drafting and not drafted else None,
     )
+
+
+DECLINED = "declined"  # how a row that the schedule kept from drafting begins its words
+_SCHEDULE_DECLINED = "drafting declined in all "  # app.engine.loop.schedule's note, when it declined every step
+
+
+def _nothing_drafted(summaries: list[RunSummary]) -> str:
+    """Why a drafter drafted nothing in these replies, as the chat's stats line says it: the
+    schedule's reason where it declined every step ("declined: a drafted token costs 0.65x ...");
+    else what the schedule noted (the drafter had nothing to propose), or that it drafted nothing."""
+    notes = [s.schedule_note for s in summaries if s.schedule_note]
+    declined = [n for n in notes if n.startswith(_SCHEDULE_DECLINED)]
+    if declined:
+        return f"{DECLINED}: {declined[-1].split(': ', 1)[-1]}"
+    return f"drafted nothing: {notes[-1]}" if notes else "drafted nothing"
 
 
 def _why(summaries: list[RunSummary], acceptance: float | None) -> BreakEven | None:
@@ -92,7 +138,8 @@ def _why(summaries: list[RunSummary], acceptance: float | None) -> BreakEven | N
 
 def table_rows(run: CompareRun, with_all: bool = True) -> list[Row]:
     """One row per configuration and category (in run order), then one per configuration over
-    every prompt; only the prompts the baseline also finished count toward a speedup."""
+    every prompt; only the prompts the baseline (and, for a row's gain, its engine's plain row)
+    also finished count toward a speedup."""
     rows: list[Row] = []
     categories = run.categories() + ([ALL] if with_all and len(run.categories()) > 1 else [])
     for category in categories:
@@ -100,13 +147,15 @@ def table_rows(run: CompareRun, with_all: bool = True) -> list[Row]:
             results = [r for r in run.results_of(config.name) if category in (ALL, r.category)]
             if not results:
                 continue
-            rows.append(_row(config, category, results, _baseline_tps(run, results)))
+            plain = plain_of(run, config)
+            rows.append(_row(config, category, results, _baseline_tps(run, results),
+                             _baseline_tps(run, results, plain) if plain else None))
     return rows
 
 
-def _baseline_tps(run: CompareRun, results: list[PromptResult]) -> float | None:
+def _baseline_tps(run: CompareRun, results: list[PromptResult], baseline: str = NONE) -> float | None:
     wanted = {r.prompt_index for r in results}
-    base = [r for r in run.results_of(NONE) if r.prompt_index in wanted]
+    base = [r for r in run.results_of(baseline) if r.prompt_index in wanted]
     return _speed(base) if base and {r.prompt_index for r in base} == wanted else None
 
 
@@ -150,84 +199,15 @@ def tps_spread(run: CompareRun, config: str) -> Spread | None:
     return Spread(min(speeds), max(speeds), len(speeds)) if speeds else None
 
 
-def speedup_spread(run: CompareRun, config: str) -> Spread | None:
-    """How much faster than plain decoding it can be said to be, from its slowest run over plain
-    decoding's fastest to its fastest over plain decoding's slowest: the low end is above 1x
-    exactly when the two spreads do not overlap. None with fewer than two runs of each (one run
-    has no spread)."""
-    mine, base = tps_spread(run, config), tps_spread(run, NONE)
+def speedup_spread(run: CompareRun, config: str, baseline: str = NONE) -> Spread | None:
+    """How much faster than plain decoding (`baseline`: ours, or its engine's) it can be said to
+    be, from its slowest run over plain decoding's fastest to its fastest over plain decoding's
+    slowest: the low end is above 1x exactly when the two spreads do not overlap. None with fewer
+    than two runs of each (one run has no spread)."""
+    mine, base = tps_spread(run, config), tps_spread(run, baseline)
     if mine is None or base is None or min(mine.n, base.n) < 2 or base.low <= 0:
         return None
     return Spread(mine.low / base.high, mine.high / base.low, min(mine.n, base.n))
-
-
-# --- the verdict -----------------------------------------------------------------------------
-
-
-def verdict(run: CompareRun) -> str:
-    """One line: "lookup: 2.3x on code, 1.1x on chat; draft X: slower than none on this machine".
-
-    A sweep's lengths of one drafter are summed up by its best length overall."""
-    rows = table_rows(run)
-    if not any(r.config == NONE for r in rows):
-        return "no result yet" if not run.results else "no baseline (none) result: no speedup to report"
-    parts = []
-    for label, configs in _drafters(run).items():
-        overall = {c.name: _overall(rows, c.name) for c in configs}
-        ranked = [c for c in configs if overall[c.name] is not None]
-        if not ranked:
-            continue
-        best = max(ranked, key=lambda c: overall[c.name].speedup or 0.0)
-        name = label if len(configs) == 1 else f"{label} (best k={best.draft_max})"
-        spread = speedup_spread(run, best.name)
-        spread_text = f" (all prompts: {spread.times_text()})" if spread is not None else ""
-        parts.append(f"{name}: {_judge(rows, best, overall[best.name])}{spread_text}")
-    for error in run.errors:
-        parts.append(f"{error.config}: failed ({error.message})")
-    if not parts:
-        return "only the baseline ran: nothing to compare"
-    differ = sum(1 for r in run.results if r.identical is False)
-    tail = f" — {differ} output(s) differ from none's" if differ and run.settings.greedy else ""
-    return "; ".join(parts) + tail
-
-
-def _drafters(run: CompareRun) -> dict[str, list[ConfigSpec]]:
-    groups: dict[str, list[ConfigSpec]] = {}
-    for config in run.configs:
-        if config.drafter != NONE:
-            groups.setdefault(config.label or config.name, []).append(config)
-    return groups
-
-
-def _overall(rows: list[Row], config: str) -> Row | None:
-    mine = [r for r in rows if r.config == config and r.speedup is not None]
-    overall = [r for r in mine if r.category == ALL]
-    return (overall or mine or [None])[0]
-
-
-_NOTHING_ACCEPTED = "no draft was accepted: as fast as none at best"
-
-
-def _judge(rows: list[Row], config: ConfigSpec, overall: Row) -> str:
-    by_category = sorted((r for r in rows if r.config == config.name and r.category != ALL and r.speedup),
-                         key=lambda r: -(r.speedup or 0.0))
-    if (overall.speedup or 0.0) < 1.0 and all((r.speedup or 0.0) < 1.0 for r in by_category):
-        return f"slower than none on this machine ({times(overall.speedup)})"
-    if config.drafter in ENGINE_KINDS:  # another engine: its speed is its own, drafts or not
-        return ", ".join(f"{times(r.speedup)} on {r.category}" for r in by_category) if len(by_category) > 1 \
-            else times(overall.speedup)
-    # A gain where no draft was accepted is the machine's noise, not the drafter's: not a headline.
-    if len(by_category) <= 1:
-        return times(overall.speedup) if overall.accept_rate else _NOTHING_ACCEPTED
-    faster = [r for r in by_category if (r.speedup or 0.0) >= 1.0 and r.accept_rate]
-    level = [r.category for r in by_category if (r.speedup or 0.0) >= 1.0 and not r.accept_rate]
-    shown = [f"{times(r.speedup)} on {r.category}" for r in faster]
-    if level:
-        shown.append(f"nothing accepted on {', '.join(level)} (as fast as none)")
-    slower = [r for r in by_category if (r.speedup or 0.0) < 1.0]
-    if slower:
-        shown.append("slower on " + ", ".join(f"{r.category} ({times(r.speedup)})" for r in reversed(slower)))
-    return ", ".join(shown)
 
 
 def times(speedup: float | None) -> str:

@@ -31,7 +31,8 @@ from app.compare.results import (
     COMPARE_DEFAULTS, DEFAULT_DRAFT_MAX, CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, CompareFileError, CompareRequest, CompareRun, DraftChoice,
     RunSettings, load_run,
 )
-from app.compare.summary import ALL, delta_line, deltas, speed_curve, table_rows, verdict
+from app.compare.summary import ALL, delta_line, deltas, speed_curve, table_rows
+from app.compare.verdict import verdict
 from app.engine.errors import IncompatibleDraftError, SpeculaError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ def test_llama_server_rows_are_named_checked_and_reproduced():
     choice = resolve_draft("llama-server:ngram-mod+ngram-simple")
     assert (choice.kind, choice.label, choice.server_types) == (LLAMA_SERVER, "llama-server ngram-mod+ngram-simple",
                                                                 "ngram-mod,ngram-simple")
-    assert resolve_draft("llama-server:none").server_types == ""
+    assert (resolve_draft("llama-server:none").server_types, resolve_draft("llama-server:none").label) == ("", "llama-server plain")
     with pytest.raises(SpeculaError, match="'ngram-huge' is not a llama.cpp --spec-type"):
         server_choice("ngram-huge")
     with pytest.raises(SpeculaError, match="draft-simple needs a draft model"):
@@ -44,7 +44,7 @@ def test_compare_puts_llama_servers_types_beside_ours_with_its_own_counts(capsys
     assert code == 0, err
     run = load_run(out_file)
     names = [c.name for c in run.configs]
-    assert names == ["none", "lookup", "llama-server none", "llama-server ngram-mod+ngram-simple"]
+    assert names == ["none", "lookup", "llama-server plain", "llama-server ngram-mod+ngram-simple"]
     rows = {r.config: r for r in run.results}
     assert set(rows) == set(names) and not run.errors
     base = rows["none"]
@@ -54,7 +54,7 @@ def test_compare_puts_llama_servers_types_beside_ours_with_its_own_counts(capsys
     spec = spec.summary
     assert spec.n_drafted > 0 and 0 < spec.n_accepted <= spec.n_drafted  # llama.cpp's own timings
     assert sum(spec.accepted_by_position) == spec.n_accepted
-    assert rows["llama-server none"].summary.n_drafted == 0
+    assert rows["llama-server plain"].summary.n_drafted == 0
     assert "llama-server ngram-mod+ngram-simpl" in out and "Traceback" not in err
 
 
@@ -93,7 +93,7 @@ def test_compare_splits_llama_servers_rows_across_rpc_workers(capsys, tmp_path, 
                               "--json", str(out_file))
         assert code == 0, err
         run = load_run(out_file)
-        assert not run.errors and {r.config for r in run.results} == {"none", "llama-server none"}
+        assert not run.errors and {r.config for r in run.results} == {"none", "llama-server plain"}
         assert all(r.identical for r in run.results if r.config != "none")
         for proc in procs:  # the workers gone: the llama-server row cannot start, the others finish
             proc.kill()
@@ -102,7 +102,7 @@ def test_compare_splits_llama_servers_rows_across_rpc_workers(capsys, tmp_path, 
                               "--drafts", "llama-server:none", "-p", "Once upon a time", "--rpc", endpoints,
                               "--json", str(out_file))
         errors = json.loads(out_file.read_text())["errors"]
-        assert code == 0 and len(errors) == 1 and errors[0]["config"] == "llama-server none", err
+        assert code == 0 and len(errors) == 1 and errors[0]["config"] == "llama-server plain", err
         code, _, err = _run(capsys, "compare", "-m", str(tiny_paths["llama-f32"]), "--rpc", "nohost")
         assert code == 2 and "'nohost' is not HOST:PORT" in err
     finally:

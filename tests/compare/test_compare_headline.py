@@ -6,22 +6,24 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.compare.results import ConfigSpec
-from app.compare.summary import Row, _judge
+from app.compare.summary import Row
+from app.compare.verdict import _drafting
 from app.worker.requests import LOOKUP
 
 
 def row(category: str, speedup: float, accept_rate: float) -> Row:
-    return Row("lookup", category, 2, 128, 50.0 * speedup, speedup, accept_rate, 1.0, 0.1, None, 2, LOOKUP)
+    return Row("lookup", category, 2, 128, 50.0 * speedup, speedup, accept_rate, 1.0, 0.1, None, 2, LOOKUP,
+               gain=speedup)
 
 
 def test_a_gain_without_accepted_drafts_is_not_headlined():
     config = ConfigSpec("lookup", LOOKUP)
     rows = [row("code", 1.6, 0.7), row("chat", 1.1, 0.0), row("summary", 0.9, 0.2)]
-    line = _judge(rows, config, row("all", 1.2, 0.5))
+    line = _drafting(rows, config, row("all", 1.2, 0.5), "none")
     assert line.startswith("1.60x on code") or "on code" in line.split(",")[0], line
     assert "1.10x on chat" not in line and "1.1x on chat" not in line
     assert "nothing accepted on chat (as fast as none)" in line and "slower on summary" in line
-    alone = _judge([row("chat", 1.1, 0.0)], config, row("chat", 1.1, 0.0))
+    alone = _drafting([row("chat", 1.1, 0.0)], config, row("chat", 1.1, 0.0), "none")
     assert alone == "no draft was accepted: as fast as none at best"
 
 

@@ -16,7 +16,8 @@ from app.compare.prompts import Prompt
 from app.compare.results import (COMPARE_DEFAULTS, LOOKUP, NONE, CompareRun, ConfigSpec, MainFacts, PromptResult,
                                  RunSettings)
 from app.engine.events import RunSummary, StopReason
-from app.compare.summary import speedup_spread, tps_spread, verdict
+from app.compare.summary import speedup_spread, tps_spread
+from app.compare.verdict import verdict
 from app.ui.compare.choice import WIN_COLOUR
 from tests.gui_support import shot  # noqa: F401
 
@@ -87,9 +88,9 @@ def test_compare_verdict_with_spread_in_the_window(qtbot, data_dir, tmp_path):
     window.show()
     window.set_run(made_run([12.0, 16.0, 13.0], [15.0, 19.0, 14.5]))
     row = window.fastest_row
-    assert row.label.text().startswith("No clear winner: plain decoding")
+    assert row.label.full_text().startswith("No clear winner: plain decoding")
     assert WIN_COLOUR not in row.label.styleSheet()
-    assert "over 3 runs" in window.verdict_label.text()
+    assert "over 3 runs" in window.details_label.text() and "over 3 runs" in row.label.toolTip()
     shot(window, "compare-no-clear-winner")
     pushed = []
     row.useRequested.connect(pushed.append)
@@ -97,7 +98,7 @@ def test_compare_verdict_with_spread_in_the_window(qtbot, data_dir, tmp_path):
     assert [c.drafter for c in pushed] == [NONE]  # never the drafter that did not win
 
     window.set_run(made_run([10.0, 11.0, 12.0], [20.0, 22.0, 21.0]))
-    assert row.label.text().startswith("Fastest: lookup") and "over 3 runs" in row.label.text()
+    assert row.label.full_text().startswith("Fastest: lookup") and "over 3 runs" in window.details_label.text()
     assert WIN_COLOUR in row.label.styleSheet()
     shot(window, "compare-clear-winner")
 

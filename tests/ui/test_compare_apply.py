@@ -48,7 +48,8 @@ def slowed(run, configs: set[str], factor: float = 50.0):
 def test_use_in_chat_applies_the_fastest_to_the_pair_picker(qtbot, data_dir, tiny_paths):
     main_window, window = compared(qtbot, tiny_paths)
     choice = fastest(window.run)
-    assert choice is not None and choice.describe().lower() in window.fastest_row.label.text().lower()
+    assert choice is not None and choice.short().lower() in window.fastest_row.label.full_text().lower()
+    assert choice.describe().lower() in window.details_label.text().lower()
     assert "specula run -m " in window.fastest_row.label.toolTip()
     main_window.models_tabs.setCurrentIndex(1)  # the Library tab: the button brings the picker back
     use_in_chat(qtbot, window)
@@ -71,7 +72,7 @@ def test_no_draft_wins_and_a_draft_missing_from_the_library_is_added(qtbot, data
     drafters = {c.name for c in run.configs if c.drafter != NONE}
     window.set_run(slowed(run, drafters))  # every drafter slower than plain decoding
     assert fastest(window.run).drafter == NONE
-    assert window.fastest_row.label.text().startswith("No clear winner: plain decoding")
+    assert window.fastest_row.label.full_text().startswith("No clear winner: plain decoding")
     use_in_chat(qtbot, window)
     assert main_window.picker.draft_choice() == (NONE, None)
     assert "no drafter was clearly faster" in main_window.statusBar().currentMessage()

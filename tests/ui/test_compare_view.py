@@ -11,10 +11,11 @@ import io
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage, QTextDocument
+from PySide6.QtGui import QImage
 
 from app.compare.results import CANCELLED, COMPLETE, LOOKUP, MODEL, NONE, load_run
-from app.compare.summary import verdict
+from app.compare.verdict import headline, verdict_parts
+from app.engine.drafting.kinds import LEARNING
 from app.ui.compare.view import CompareWindow, runs_dir
 from app.hub.library_entries import FILE, entry_for_file
 from tests.gui_support import add_models, open_window, shot  # noqa: F401
@@ -53,8 +54,10 @@ def compare_window(qtbot, paths) -> CompareWindow:
 
 
 def set_up(window, tiny_paths, n_predict: int = 24) -> None:
+    """none, lookup and the draft model llama-other (the chat's default, ticked at first, unticked)."""
     setup = window.setup
     assert setup.select_main(str(tiny_paths["llama-f32"]))
+    assert setup.check_draft(LEARNING, None, checked=False) and setup.check_draft(LOOKUP)
     assert setup.check_draft(MODEL, str(tiny_paths["llama-other"]))
     for category, box in setup.category_boxes.items():
         box.setChecked(category == "chat")
@@ -97,12 +100,15 @@ def test_a_run_fills_the_charts_and_the_table_and_exports(qtbot, data_dir, tiny_
     assert set(window.charts.curve_points("speed")) == set(configs)
     assert all(points for points in window.charts.curve_points("speed").values())
     assert set(window.charts.curve_points("positions")) <= set(configs[1:])
-    assert window.verdict_label.text().startswith("lookup:")
-    assert "llama-other:" in window.verdict_label.text()
-    shown = QTextDocument()
-    shown.setHtml(window.verdict_label.text())
-    assert shown.toPlainText() == verdict(window.run)  # what the user reads, no entities left
-    assert window.verdict_label.textFormat() == Qt.TextFormat.RichText
+    top = window.fastest_row.label
+    assert top.full_text() == headline(run) and "\n" not in top.full_text()
+    assert top.height() < 2 * top.fontMetrics().height()  # one line, whatever its length
+    parts = verdict_parts(run)
+    assert parts[0].startswith("lookup:") and parts[1].startswith("llama-other:")
+    assert all(part in window.details_label.text() for part in parts)
+    assert not window.details.isVisible()  # until asked for
+    qtbot.mouseClick(window.fastest_row.details_button, Qt.MouseButton.LeftButton)
+    assert window.details.isVisible()
 
     table = window.table
     assert table.model().rowCount() == 9
@@ -156,7 +162,7 @@ def test_cancel_keeps_the_finished_results_which_reopen_and_compare(qtbot, data_
     assert window.compare_with(saved)
     assert "Δ tok/s" in window.table.table_model.columns()
     assert window.table.cell_text(0, "Δ tok/s") == "+0%"
-    assert "tokens/s vs" in window.verdict_label.text()
+    assert "tokens/s vs" in window.details_label.text() and window.details.isVisible()
     assert not window.open_run(saved.with_name("missing.json"))
     assert "no such file" in window.setup.status.text()
 
@@ -191,8 +197,8 @@ def test_llama_servers_own_speculation_runs_beside_ours_in_the_window(qtbot, dat
     window = compare_window(qtbot, [tiny_paths["llama-f32"]])
     setup = window.setup
     assert setup.select_main(str(tiny_paths["llama-f32"]))
-    assert setup.check_draft(LOOKUP, None, checked=False)
-    assert setup.check_draft(LLAMA_SERVER, "") and setup.check_draft(LLAMA_SERVER, "ngram-mod")
+    assert setup.check_draft(LEARNING, None, checked=False)
+    assert setup.check_draft(LLAMA_SERVER, "ngram-mod")  # llama-server's plain decoding comes with it
     for category, box in setup.category_boxes.items():
         box.setChecked(False)
     setup.own_text.setPlainText(COPY)
@@ -202,7 +208,7 @@ def test_llama_servers_own_speculation_runs_beside_ours_in_the_window(qtbot, dat
     wait_done(qtbot, window)
     run = window.run
     assert run.status == COMPLETE and not run.errors, run.errors
-    configs = [NONE, "llama-server none", "llama-server ngram-mod"]
+    configs = [NONE, "llama-server plain", "llama-server ngram-mod"]
     assert [c.name for c in run.configs] == configs
     assert all(r.identical for r in run.results[1:])  # greedy: one reply on every engine
     assert list(window.charts.bar_heights("tps")) == configs
@@ -218,6 +224,6 @@ def test_a_comparison_saved_before_the_version_2_format_opens_in_the_window(qtbo
     window = compare_window(qtbot, [])
     assert window.open_run(Path(__file__).resolve().parents[1] / "data" / "compare_v1.json")
     assert window.table.cell_text(0, "Config") == "none" and window.table.cell_text(1, "tok/s") == "72.2"
-    assert window.verdict_label.text().startswith("lookup: slower than none")
+    assert window.details_label.text().split("\n")[1].startswith("lookup: slower than none")
     assert "greedy · 6 tokens per reply" in window.facts_label.text()
     shot(window, "compare-v1-file-opened")

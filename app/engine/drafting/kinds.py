@@ -13,6 +13,8 @@ NGRAM_MOD = "ngram-mod"
 NGRAM_MAP_K = "ngram-map-k"
 NGRAM_MAP_K4V = "ngram-map-k4v"
 LOOKUP_CACHE = f"{LOOKUP}+{NGRAM_CACHE}"  # the window's "prompt lookup + n-gram cache"
+# The chat's default drafter (app.worker.requests.DEFAULT_DRAFTER says why), and Compare's first choice.
+LEARNING = f"{LOOKUP}+{NGRAM_CACHE}+{NGRAM_MOD}"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The Compare view's way from comparison to choice: under the verdict, the fastest configuration
-and a "Use in chat" button.
+"""The Compare view's headline and its way from comparison to choice: one short line (the
+fastest configuration and which part of its gain is drafting, or why none won) and under it the
+run's facts, a Details toggle for the per-drafter verdict, and a "Use in chat" button.
 
 The button only says what to use (useRequested with an app.compare.fastest.Fastest, plain frozen
 data); the main window applies it to the chat's pair picker and draft settings. This widget knows
@@ -11,45 +12,68 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from app.compare.fastest import Fastest, run_command
+from app.compare.fastest import Fastest
 from app.compare.results import LLAMA_SERVER, MODEL, NONE, SERVER_URL
+from app.ui.common.style import mute
+from app.ui.compare.elided import ElidedLabel
 from app.worker.requests import DRAFTER_TEXT
 
 USE_TEXT = "Use in chat"
+DETAILS_TEXT = "Details"
+COMMAND_TEXT = "The same from the command line (add -p or -f):"
 WIN_COLOUR = "#15803d"  # app.ui.discover.text.GOOD: readable on light and dark backgrounds
 
 
 class FastestRow(QWidget):
     useRequested = Signal(object)  # Fastest
+    detailsToggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.choice: Fastest | None = None
-        self.label = QLabel("")
-        self.label.setWordWrap(True)
+        self.label = ElidedLabel("")
+        font = self.label.font()
+        font.setPointSizeF(font.pointSizeF() * 1.1)
+        font.setBold(True)
+        self.label.setFont(font)
+        self.details_button = QPushButton(DETAILS_TEXT)
+        self.details_button.setCheckable(True)
+        self.details_button.setToolTip("Show every drafter's verdict, the speeds' spreads and the command that "
+                                       "reproduces the fastest")
+        self.details_button.toggled.connect(self.detailsToggled)
         self.button = QPushButton(USE_TEXT)
         self.button.setToolTip("Pick the fastest configuration (main model, draft and draft length) in the "
                                "main window's Model tab; press Load there to chat with it")
         self.button.clicked.connect(self._on_use)
-        layout = QHBoxLayout(self)
+        self.facts = ElidedLabel("")  # what the run was: the model, its settings, when (the view fills it)
+        font = self.facts.font()
+        font.setPointSizeF(font.pointSizeF() * 0.9)
+        self.facts.setFont(font)
+        mute(self.facts)
+        # The headline has the whole width; the buttons sit beside the facts, under it.
+        under = QHBoxLayout()
+        under.addWidget(self.facts, 1)
+        under.addWidget(self.details_button)
+        under.addWidget(self.button)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.button)
+        layout.setSpacing(2)
+        layout.addWidget(self.label)
+        layout.addLayout(under)
         self.set_choice(None, False)
 
-    def set_choice(self, choice: Fastest | None, ready: bool) -> None:
-        """Show the fastest configuration; the button works once the run is over (`ready`)."""
+    def set_choice(self, choice: Fastest | None, ready: bool, headline: str = "", details: str = "") -> None:
+        """Show the headline (one line, whole in its tooltip with the details); the button works
+        once the run is over (`ready`) and there is a choice."""
         self.choice = choice
-        self.setVisible(choice is not None)
+        self.button.setVisible(choice is not None)
         self.button.setEnabled(choice is not None and ready)
-        if choice is None:
-            return
-        # Green only for a drafter shown faster beyond noise; "no clear winner" is not good news.
-        self.label.setStyleSheet(f"color: {WIN_COLOUR}" if choice.pays_off else "")
-        self.label.setText(f"Fastest: {choice.describe()}" if choice.pays_off else choice.describe().capitalize())
-        self.label.setToolTip(f"The same from the command line (add -p or -f):\n{run_command(choice)}")
+        self.details_button.setVisible(bool(details))
+        # Green only for a configuration shown faster beyond noise; "no clear winner" is not good news.
+        self.label.setStyleSheet(f"color: {WIN_COLOUR}" if choice is not None and choice.pays_off else "")
+        self.label.set_full_text(headline, "\n\n".join(t for t in (headline, details) if t))
 
     def _on_use(self) -> None:
         if self.choice is not None:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from app.compare.results import CompareRun
-from app.compare.summary import verdict
+from app.compare.verdict import verdict
 from app.ui.common.format import html_text
 
 log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from app.compare.prompts import BUILTIN_PROMPTS, CATEGORIES, Prompt, builtin_pro
 from app.compare.results import (COMPARE_DEFAULTS, DEFAULT_DRAFT_MAX, LLAMA_SERVER, LOOKUP, MODEL, NONE,
                                  CompareRequest, DraftChoice, Progress, RunSettings)
 from app.engine.drafting.compat import check_draft
+from app.engine.drafting.kinds import LEARNING, LOOKUP_CACHE, NGRAM_CACHE, NGRAM_MOD
 from app.engine.errors import SpeculaError
 from app.engine.llama_server.programs import SERVER, find_program, missing_reason
 from app.engine.llama_server.spec import check_url
@@ -33,11 +34,23 @@ from app.ui.common.style import small_muted_label
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1  # (kind, path) of a draft item
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_RUNS = 3  # the fewest that show a spread with one run to spare for a slow spell
-# Every drafter the chat's pair picker offers (app.ui.models.pair_picker), with the run's own n-gram cache:
-# it starts empty and learns from each reply of the run, as the chat's learns from your chats.
-NGRAM_CHOICES = (("Prompt lookup (no draft model)", LOOKUP),
-                 ("N-gram cache (learns from the run's replies)", "ngram-cache"),
-                 ("Prompt lookup + n-gram cache", f"{LOOKUP}+ngram-cache"))
+# Every drafter the chat's pair picker offers (app.ui.models.pair_picker), its default first, and our
+# ngram-mod: (text, kind, tooltip). A run's n-gram cache and ngram-mod pool start empty and learn from each
+# of its replies, as the chat's learn from your chats.
+_LEARNS = "starts empty in each run and learns from each of its replies, as the chat's does"
+NGRAM_CHOICES = (
+    ("Lookup + n-gram cache + ngram-mod (the chat's default)", LEARNING,
+     "The chat's default drafter: prompt lookup, the n-gram cache and the ngram-mod pool together, the longest "
+     "match drafting. Its cache and pool start empty in each run and learn from each of its replies, as the "
+     "chat's do."),
+    ("Prompt lookup (no draft model)", LOOKUP, "Drafts by copying what followed the last few tokens earlier in the prompt "
+                                               "and reply."),
+    ("N-gram cache (learns from the run's replies)", NGRAM_CACHE, f"The n-gram cache {_LEARNS}."),
+    ("ngram-mod (learns from the run's replies)", NGRAM_MOD,
+     f"llama.cpp's ngram-mod, in our loop: a pool of 24-token n-grams that {_LEARNS}; a repeated answer drafts whole."),
+    ("Prompt lookup + n-gram cache", LOOKUP_CACHE, f"Prompt lookup and the n-gram cache together; the cache {_LEARNS}."),
+)
+DEFAULT_CHECKED = LEARNING  # what a first run compares with plain decoding: the chat's default
 # llama.cpp's own speculation, the peer: llama-server started here per round on the same prompt ids.
 # (its --spec-type list; "" is its plain decoding). The draft-* types need a draft model: the CLI's -md.
 SERVER_CHOICES = (("llama-server: plain decoding", ""), ("llama-server: ngram-mod", "ngram-mod"),
@@ -62,6 +75,7 @@ class CompareSetup(QWidget):
         self.drafts.setToolTip("Each checked drafter runs every prompt; None is the baseline of every speedup.")
         self.drafts.setMinimumHeight(90)
         self.drafts.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # each item's tooltip has it whole
+        self.drafts.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # elided, not scrolled
         self.drafts.setMaximumHeight(150)
 
         self.server_url = QLineEdit()
@@ -122,6 +136,9 @@ class CompareSetup(QWidget):
         self.cancel_button.clicked.connect(self.cancelRequested)
         self.progress = QProgressBar()
         self.progress.setFormat("")
+        # What runs now, under the bar (a stage such as "llama-server ngram-mod · code (2/5, run 2/3)"
+        # is wider than the column): whole, wrapped, never clipped by the bar.
+        self.stage = small_muted_label("")
         self.status = small_muted_label("")
         self._layout()
         self._fill_drafts()
@@ -165,9 +182,11 @@ class CompareSetup(QWidget):
         layout.addLayout(form)
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
+        layout.addWidget(self.stage)
         layout.addWidget(self.status)
         layout.addStretch(1)
         self.set_prompt_file(None)
+        self.set_stage("")
 
     # --- the library ---------------------------------------------------------------------------
 
@@ -201,17 +220,19 @@ class CompareSetup(QWidget):
         return next((e for e in self._entries if e.path == self.main_path()), None)
 
     def _fill_drafts(self, _index: int = 0) -> None:
-        checked = {c for c in self._checked()} if self.drafts.count() else {(LOOKUP, None)}
+        checked = {c for c in self._checked()} if self.drafts.count() else {(DEFAULT_CHECKED, None)}
         self.drafts.clear()
         baseline = self._add_draft("None (plain decoding: the baseline)", (NONE, None), True)
         baseline.setFlags(baseline.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
-        for text, kind in NGRAM_CHOICES:
-            self._add_draft(text, (kind, None), (kind, None) in checked)
+        for text, kind, tip in NGRAM_CHOICES:
+            self._add_draft(text, (kind, None), (kind, None) in checked).setToolTip(f"{text}\n{tip}")
         server_missing = None if find_program(SERVER) else missing_reason(SERVER)
         for text, types in SERVER_CHOICES:
             item = self._add_draft(text, (LLAMA_SERVER, types), (LLAMA_SERVER, types) in checked)
+            plain = "" if not types else ("; its plain decoding runs beside it, to tell its drafting from its "
+                                          "engine's own speed")
             item.setToolTip(server_missing or f"{text}: llama.cpp's own engine and speculation, started here "
-                                              "for each run on the same prompt ids (the peer to beat)")
+                                              f"for each run on the same prompt ids (the peer to beat){plain}")
             if server_missing:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
         main = self._main_entry()
@@ -324,9 +345,15 @@ class CompareSetup(QWidget):
         if running:
             self.progress.setRange(0, 0)  # busy until the first progress report
             self.progress.setFormat("starting…")
+        self.set_stage("")
 
     def set_progress(self, progress: Progress) -> None:
         self.progress.setRange(0, max(progress.total, 1))
         self.progress.setValue(progress.done)
-        self.progress.setFormat(f"%v/%m · {progress.stage}")
+        self.progress.setFormat("%v/%m results")
+        self.set_stage(progress.stage)
+
+    def set_stage(self, text: str) -> None:
+        self.stage.setText(text)
+        self.stage.setVisible(bool(text))
 

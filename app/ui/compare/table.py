@@ -87,6 +87,8 @@ class CompareTableModel(QAbstractTableModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ForegroundRole:
             return self._colour(row, column)
+        if role == Qt.ItemDataRole.ToolTipRole and column == "Accept" and row.nothing_drafted is not None:
+            return row.nothing_drafted[0].upper() + row.nothing_drafted[1:] + "."
         if role == Qt.ItemDataRole.ToolTipRole and row.why is not None:
             return row.why.sentence()[0].upper() + row.why.sentence()[1:] + "."
         return None
@@ -105,6 +107,8 @@ class CompareTableModel(QAbstractTableModel):
         return -1.0 if value is None and column in _NUMERIC else value
 
     def _text(self, row: Row, column: str) -> str:
+        if column == "Accept" and row.nothing_drafted is not None:
+            return row.accept_text  # "declined": its tooltip says why
         value = self._number(row, column)
         if column in _NUMERIC and value == -1.0:
             return "-"

@@ -1,7 +1,8 @@
 """The compare window (View ▸ Compare drafts): which draft pays off with this model, on this machine.
 
-Setup on the left (setup.py), results on the right: the verdict line, the fastest configuration
-with "Use in chat" (choice.py: useInChat, which the main window applies to its pair picker),
+Setup on the left (setup.py), results on the right: one headline (the fastest configuration and
+which part of its gain is drafting) with Details (every drafter's verdict) and "Use in chat"
+(choice.py: useInChat, which the main window applies to its pair picker), one line of facts,
 grouped bars and curves (charts.py), the sortable table (table.py), and Open… /
 Compare with… / Export. The run
 itself happens on a worker thread (app.worker.compare_task); the window only receives snapshots,
@@ -18,27 +19,28 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
+    QFileDialog, QHBoxLayout, QMainWindow, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
 )
 
 from app.compare.export import save_csv
-from app.compare.fastest import fastest
+from app.compare.fastest import fastest, run_command
 from app.compare.results import CANCELLED, COMPLETE, CompareRequest, CompareRun, load_run, save_run
-from app.compare.summary import delta_line, verdict
+from app.compare.summary import delta_line
+from app.compare.verdict import detail_lines, headline
 from app.common.atomic import private_dir
 from app.engine.errors import SpeculaError
 from app.ui.compare.charts import CompareCharts
-from app.ui.compare.choice import FastestRow
+from app.ui.compare.choice import COMMAND_TEXT, FastestRow
+from app.ui.compare.details import DetailsArea
 from app.ui.compare.setup import CompareSetup
 from app.ui.compare.table import CompareTable
 from app.hub.library_entries import LibraryEntry, file_title
-from app.ui.common.format import html_text
 from app.ui.common.paths import data_dir
-from app.ui.common.style import small_muted_label
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 20.0
+PICK_TEXT = "Pick a main model and drafts, then press Run."
 JSON_FILTER = "Specula comparisons (*.json)"
 
 
@@ -76,17 +78,13 @@ class CompareWindow(QMainWindow):
         scroll.setWidget(self.setup)
         scroll.setMinimumWidth(330)
 
-        self.verdict_label = QLabel("Pick a main model and drafts, then press Run.")
-        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)  # escaped text, sometimes with a <br>
-        self.verdict_label.setWordWrap(True)
-        self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        font = self.verdict_label.font()
-        font.setPointSizeF(font.pointSizeF() * 1.1)
-        font.setBold(True)
-        self.verdict_label.setFont(font)
-        self.facts_label = small_muted_label("")
         self.fastest_row = FastestRow()
         self.fastest_row.useRequested.connect(self.useInChat)
+        self.details = DetailsArea()  # hidden until Details is pressed
+        self.details_label = self.details.label
+        self.details.hide()
+        self.fastest_row.detailsToggled.connect(self.details.setVisible)
+        self.facts_label = self.fastest_row.facts
         self.open_button = _button("Open…", "Open an earlier comparison", self.open_dialog)
         self.compare_button = _button("Compare with…", "Show the change from an earlier comparison", self.compare_dialog)
         self.csv_button = _button("Export CSV…", "The table as CSV", lambda: self.export_dialog("csv"))
@@ -109,9 +107,8 @@ class CompareWindow(QMainWindow):
         results = QWidget()
         results_layout = QVBoxLayout(results)
         results_layout.setContentsMargins(6, 0, 0, 0)
-        results_layout.addWidget(self.verdict_label)
         results_layout.addWidget(self.fastest_row)
-        results_layout.addWidget(self.facts_label)
+        results_layout.addWidget(self.details)
         results_layout.addLayout(actions)
         results_layout.addWidget(results_split, 1)
 
@@ -156,7 +153,7 @@ class CompareWindow(QMainWindow):
         if self.task is not None:
             self._cancel_requested = True
             self.task.cancel()
-            self.setup.progress.setFormat("stopping after this step…")
+            self.setup.set_stage("stopping after this step…")
 
     def _on_update(self, run: CompareRun) -> None:
         self.set_run(run)
@@ -192,18 +189,22 @@ class CompareWindow(QMainWindow):
         self._refresh_buttons()
 
     def _show_verdict(self) -> None:
+        """The headline, its details and the facts line (the fastest row's button: _refresh_buttons)."""
         run = self.run
         if run is None:
-            self.verdict_label.setText("Pick a main model and drafts, then press Run.")
-            self.facts_label.setText("")
+            self.details.set_lines([])
+            self.facts_label.set_full_text("")
             return
-        text = html_text(verdict(run))
+        lines = detail_lines(run)
         if self.earlier is not None:
-            text += f"<br><span style='font-weight:normal'>{html_text(delta_line(run, self.earlier))}</span>"
-        self.verdict_label.setText(text)
+            lines.append(delta_line(run, self.earlier))
+        choice = fastest(run)
+        if choice is not None:
+            lines.append(f"{COMMAND_TEXT}\n{run_command(choice)}")
+        self.details.set_lines(lines)
         s = run.settings
         state = "" if run.status == COMPLETE else f" · {run.status}: {len(run.results)}/{run.n_expected} results"
-        self.facts_label.setText(
+        self.facts_label.set_full_text(
             f"{self._main_title(run)} on {run.main.plan} · {'greedy' if s.greedy else f'temperature {s.gen.temperature:g}'}"
             f" · {s.gen.max_tokens} tokens per reply · {s.draft_length_text()} · {len(run.prompts)} prompt(s) · "
             f"{run.created_text()}{state}"
@@ -220,7 +221,8 @@ class CompareWindow(QMainWindow):
         for button in (self.csv_button, self.json_button, self.png_button, self.compare_button):
             button.setEnabled(has_run and not self.running)
         self.open_button.setEnabled(not self.running)
-        self.fastest_row.set_choice(fastest(self.run), ready=not self.running)
+        text = headline(self.run) if self.run is not None else PICK_TEXT
+        self.fastest_row.set_choice(fastest(self.run), not self.running, text, self.details_label.text())
 
     # --- files -----------------------------------------------------------------------------
 
@@ -253,6 +255,7 @@ class CompareWindow(QMainWindow):
             self.setup.status.setText(str(exc))
             return False
         self.set_run(self.run, earlier)
+        self.fastest_row.details_button.setChecked(True)  # the change since then is one of the details
         self.setup.status.setText(f"Compared with {Path(path).name}")
         return True
 
