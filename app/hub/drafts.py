@@ -30,7 +30,7 @@ from app.hub.errors import OfflineError
 from app.hub.library import LocalModel, list_local_models
 from app.hub.names import params_from_name, quant_label, quant_rank
 from app.hub.remote import fetch_remote_header, fetch_remote_info
-from app.hub.repos import GGUFModelFile, list_gguf_files, search_gguf
+from app.hub.repos import GGUFModelFile, RepoResult, list_gguf_files, search_gguf
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class DraftSuggestion:
     ratio: float  # draft parameters / main parameters
     info: GGUFInfo = field(repr=False)
     level: str = TOKEN_LEVEL  # TOKEN_LEVEL (same vocabulary) or TEXT_LEVEL (through text)
+    repo: RepoResult | None = field(default=None, repr=False)  # the search hit (hub suggestions)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "name": self.name, "repo_id": self.repo_id,
@@ -138,7 +139,7 @@ def _hub_suggestions(main: GGUFInfo, query: str, main_repo: str | None,
         if usable is not None:
             out.append(DraftSuggestion("hub", f"{repo.repo_id}/{pick.filename}", repo.repo_id,
                                        pick.filename, None, pick.size_bytes,
-                                       header.info.n_params, usable[0], header.info, usable[1]))
+                                       header.info.n_params, usable[0], header.info, usable[1], repo))
     return out
 
 

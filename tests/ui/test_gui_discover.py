@@ -73,7 +73,12 @@ def file_item(panel, filename: str):
     raise AssertionError(f"{filename} not listed: {file_rows(panel)}")
 
 
-def pick_file(qtbot, panel, filename: str, done=lambda p: "reading header" not in p.details.text()) -> str:
+def settled(panel) -> bool:
+    """The shown file's header is read and its draft verdict priced."""
+    return "reading header" not in panel.details.text() and "weighing this machine" not in panel.details.text()
+
+
+def pick_file(qtbot, panel, filename: str, done=settled) -> str:
     panel.files.setCurrentItem(file_item(panel, filename))
     qtbot.waitUntil(lambda: done(panel), timeout=WAIT_MS)
     return panel.details.text()
@@ -96,7 +101,10 @@ def test_search_shows_repos_sorted_as_asked(qtbot, panel):
         panel.sort.setCurrentIndex(panel.sort.findData("likes"))  # re-runs the search
     assert repo_ids(panel)[:2] == [REPO_SMALL, REPO_BIG]
     search(qtbot, panel, "no-such-model")
-    assert repo_ids(panel) == [] and "No GGUF repositories match" in panel.status.text()
+    assert repo_ids(panel) == [] and "No GGUF repository has all of “no-such-model”" in panel.status.text()
+    search(qtbot, panel, "4L tiny")  # every word, in any order (issue 60 item 15)
+    assert repo_ids(panel) == [REPO_BIG] and "1 repository for “4L tiny”" in panel.status.text()
+    assert "each word must be in the repository's name" in panel.query.toolTip()
 
 
 def test_repo_files_grouped_by_quantization_with_split_parts_as_one(qtbot, panel, hub_files):
@@ -278,8 +286,9 @@ def test_download_errors_are_one_line_and_leave_nothing_usable(qtbot, panel, hub
     panel.strip.button.click()  # Retry
     qtbot.waitUntil(lambda: panel.strip.state == "failed" and "SHA-256" in panel.strip.detail.text(),
                     timeout=WAIT_MS)
-    assert [m.split(":")[0] for m in messages] == ["not enough disk space for " + f"{REPO_BIG}/{BIG_FILE}",
-                                                   BIG_FILE]
+    assert [m.split(":")[0] for m in messages] == [f"downloading {REPO_BIG}/{BIG_FILE}",
+                                                   "not enough disk space for " + f"{REPO_BIG}/{BIG_FILE}",
+                                                   f"downloading {REPO_BIG}/{BIG_FILE}", BIG_FILE]
     assert all("\n" not in m for m in messages)
     assert not list(Path(constants.HF_HUB_CACHE).glob("*/snapshots/*/*"))
     assert file_item(panel, BIG_FILE).text(2) == ""
@@ -335,5 +344,5 @@ def test_a_draft_that_cannot_draft_says_why(hub_files, tmp_path):
 
     main = read_gguf_info(hub_files["big"])
     wordpiece = read_gguf_info(write_gguf(tmp_path / "wp.gguf", tokens=make_tokens(VOCAB_SIZE, "wp"), vocab_type="bert"))
-    shown = draft_html(check_draft(main, wordpiece), wordpiece, main, "Big")
+    shown = draft_html(check_draft(main, wordpiece), wordpiece, main)
     assert "✗ cannot draft: vocabulary types differ" in shown and "cannot re-tokenize drafts" in shown

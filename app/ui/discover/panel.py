@@ -13,10 +13,9 @@ import dataclasses
 import html
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFont, QResizeEvent
+from PySide6.QtGui import QFont, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -34,10 +33,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.gguf.info import GGUFInfo
+from app.hub.names import model_title
 from app.ui.discover import text
-from app.ui.discover.widgets import DONE, DownloadStrip, TokenPrompt
+from app.ui.discover.judge import MainCandidate, MainChooser, candidate_for
+from app.ui.discover.tasks import DraftSearch, drafts_for, price_for
+from app.ui.discover.widgets import DONE, STOPPED, DownloadStrip, TokenPrompt
 from app.ui.common.format import format_bytes
-from app.ui.common.style import scrolling, small_muted_label
+from app.ui.common.style import small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
                                   RepoFiles, check_draft, list_repo_files, local_copies, read_file_facts, save_hub_token,
                                   search_repos)
@@ -45,10 +47,15 @@ from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_G
 log = logging.getLogger(__name__)
 
 SEARCH, FILES, STATES, HEADER, COMPAT, TOKEN = "search", "files", "states", "header", "compat", "token"
+PRICE, DRAFTS = "price", "drafts"
 SORTS = [("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent")]
 SEARCH_LIMIT = 50
 SIDE_BY_SIDE_WIDTH = 760  # wider than this, repositories and files sit side by side
 KEY_ROLE = Qt.ItemDataRole.UserRole
+# The file pane (the selected file's facts, Download, the download's progress) keeps at least these
+# lines of facts in sight; the lists above give up height first, down to a few rows each.
+FACT_LINES = 4
+LIST_ROWS = 2
 TOKEN_PROMPT = ("This repository needs a Hugging Face token with access to it: accept its terms on its "
                 "page, then paste a read token here.")
 
@@ -76,7 +83,9 @@ class DiscoverPanel(QWidget):
         self.calls.finished.connect(self._on_finished)
         self.calls.failed.connect(self._on_failed)
         self._main: GGUFInfo | None = None
-        self._main_name: str | None = None
+        self._main_path: str | None = None  # the judged main model's file here (its measured steps)
+        self._price = None  # app.hub.draft_price.DraftPrice of the shown file as a draft, if known
+        self._pricing = False  # a price is being read
         self._machine = None  # app.hub.fit.MachineMemory, measured on the first header read
         self._repos: dict[str, object] = {}  # repo id -> RepoResult of the last search
         self._listing: RepoFiles | None = None
@@ -93,7 +102,8 @@ class DiscoverPanel(QWidget):
     def _build(self) -> None:
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search GGUF models")  # on Hugging Face: the tooltip says how
-        self.query.setToolTip("Search Hugging Face for GGUF models by a model's name or part of it, e.g. Qwen2.5 or Llama-3.2; empty lists the most popular")
+        self.query.setToolTip("Search Hugging Face for GGUF models: each word must be in the repository's name, "
+                              "e.g. qwen coder or Llama-3.2; empty lists the most popular")
         self.query.setClearButtonEnabled(True)
         self.query.returnPressed.connect(self.search)
         self.sort = QComboBox()
@@ -115,14 +125,52 @@ class DiscoverPanel(QWidget):
         self.lists.addWidget(self.repos)
         self.lists.addWidget(self.files)
 
+        search_row = QHBoxLayout()
+        search_row.addWidget(self.query, 1)
+        search_row.addWidget(self.sort)
+        search_row.addWidget(self.search_button)
+        # The lists above, the selected file below: the lists give up height first, so that the
+        # file's facts, its Download button and the download's progress stay in sight on a
+        # 1280x720 screen (they were below the fold of a scrolling panel).
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setChildrenCollapsible(False)
+        self.split.addWidget(self.lists)
+        self.split.addWidget(self._file_pane())
+        self.split.setStretchFactor(0, 1)
+        self.split.setStretchFactor(1, 0)
+        self._split_dragged = False
+        self.split.splitterMoved.connect(self._on_split_dragged)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(search_row)
+        layout.addWidget(self.status)
+        layout.addWidget(self.split, 1)
+        self._fit_lists()
+        self._show_file(None)
+
+    def _file_pane(self) -> QWidget:
+        """What the selected file is (facts, fit, the draft verdict against the chosen main model),
+        Download and "Find a draft for it", a token prompt and the download's progress. Only the
+        facts scroll; the rest is always in sight."""
+        self.chooser = MainChooser()
+        self.chooser.changed.connect(self._on_judged_main_changed)
+        self.chooser.findRequested.connect(self.find_drafts)
         self.details = QLabel()
         self.details.setWordWrap(True)
         self.details.setTextFormat(Qt.TextFormat.RichText)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.details.setContentsMargins(0, 4, 0, 0)
+        self.details_box = QScrollArea()
+        self.details_box.setWidgetResizable(True)
+        self.details_box.setFrameShape(QFrame.Shape.NoFrame)
+        self.details_box.setWidget(self.details)
+        self.details_box.setMinimumHeight(FACT_LINES * self.fontMetrics().lineSpacing())
         self.download_button = QPushButton("Download")
         self.download_button.clicked.connect(self.download_selected)
+        self.draft_button = QPushButton("Find a draft for it")
+        self.draft_button.setToolTip("Judge drafts against this model and search the hub for smaller models of "
+                                     "its family that can draft for it, same vocabulary first")
+        self.draft_button.clicked.connect(self._find_drafts_for_file)
         self.download_note = small_muted_label(selectable=False)
         self.token = TokenPrompt()
         self.token.tokenEntered.connect(self._save_token)
@@ -131,58 +179,75 @@ class DiscoverPanel(QWidget):
         self.strip.resumeRequested.connect(self._resume)
         self.calls.downloadProgress.connect(self.strip.progress)
 
-        search_row = QHBoxLayout()
-        search_row.addWidget(self.query, 1)
-        search_row.addWidget(self.sort)
-        search_row.addWidget(self.search_button)
         button_row = QHBoxLayout()
         button_row.addWidget(self.download_button)
+        button_row.addWidget(self.draft_button)
         button_row.addWidget(self.download_note, 1)
-        body = QWidget()
-        layout = QVBoxLayout(body)
-        layout.addLayout(search_row)
-        layout.addWidget(self.status)
-        # The details take the height of their text, up to a third of the panel; past that
-        # they scroll, so a short tab still shows a few rows of each list.
-        self.details_box = QScrollArea()
-        self.details_box.setWidgetResizable(True)
-        self.details_box.setFrameShape(QFrame.Shape.NoFrame)
-        self.details_box.setWidget(self.details)
-        layout.addWidget(self.lists, 1)
-        layout.addWidget(self.details_box)
+        pane = QWidget()
+        layout = QVBoxLayout(pane)
+        layout.setContentsMargins(0, 4, 0, 0)
+        layout.addWidget(self.chooser)
+        layout.addWidget(self.details_box, 1)
         layout.addLayout(button_row)
         layout.addWidget(self.token)
         layout.addWidget(self.strip)
-        # All of it scrolls: a finished download or a long error never makes the panel (and so
-        # the window) taller than the screen (issue 52 item 1).
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scrolling(body))
-        self._show_file(None)
+        self.file_pane = pane
+        return pane
+
+    def _fit_lists(self) -> None:
+        """Each list keeps its header and LIST_ROWS rows: the rest of their height is the file
+        pane's to take."""
+        for tree in (self.repos, self.files):
+            rows = tree.header().sizeHint().height() + LIST_ROWS * (tree.fontMetrics().height() + 4)
+            tree.setMinimumHeight(rows + 2 * tree.frameWidth())
+
+    def _lists_minimum(self) -> int:
+        heights = [tree.minimumHeight() for tree in (self.repos, self.files)]
+        if self.lists.orientation() == Qt.Orientation.Horizontal:
+            return max(heights)
+        return sum(heights) + self.lists.handleWidth()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        self._fit_details()
         wide = event.size().width() >= SIDE_BY_SIDE_WIDTH
         orientation = Qt.Orientation.Horizontal if wide else Qt.Orientation.Vertical
         if self.lists.orientation() != orientation:
             self.lists.setOrientation(orientation)
+        self._fit_file_pane()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._fit_file_pane()
+
+    def _on_split_dragged(self, _pos: int, _index: int) -> None:
+        self._split_dragged = True
 
     # --- public API ---------------------------------------------------------------------------
 
     def set_main_model(self, info: GGUFInfo | None, title: str | None = None) -> None:
-        """The chosen main model's header, and its name as the library shows it (never the
-        file's internal general.name): the selected file is re-checked as a draft for it."""
-        self._main = info
-        self._main_name = (title or Path(info.path).name) if info is not None else None
-        if self._facts is None:
+        """The chat's chosen main model: its header, and its name as the library shows it (never
+        the file's internal general.name). Drafts are judged against it from now on; the user may
+        pick another in the chooser."""
+        self.chooser.set_chat_main(candidate_for(info, title) if info is not None else None)
+
+    def set_library(self, entries: list) -> None:
+        """The library's models (app.hub.library_entries.LibraryEntry): the main models a draft can
+        be judged against, the largest by default where the chat has none."""
+        self.chooser.set_library([candidate_for(e.info, e.title, e.path) for e in entries if e.usable and e.path])
+
+    def find_drafts(self) -> None:
+        """Search the hub for models that can draft for the judged main model: they replace the
+        repository list (models in the library already are named in the status line)."""
+        main = self.chooser.current()
+        if main is None:
             return
-        if info is None:
-            self.calls.forget(COMPAT)
-            self._facts = dataclasses.replace(self._facts, compat=None)
-            self._show_facts()
-        else:
-            self.calls.submit(COMPAT, check_draft, info, self._facts.info)
+        self._set_status(f"Looking for drafts for {main.title}: searching the hub for its family and reading "
+                         f"the headers of its smaller models…")
+        self.calls.forget(SEARCH)
+        self.repos.clear()
+        self._repos = {}
+        self._clear_files()
+        self.calls.submit(DRAFTS, drafts_for, main.key, main.info, main.repo_id)
 
     def shutdown(self, timeout_ms: int = 3000) -> None:
         """Cancel the download (its partial is kept) and wait for the hub calls to end."""
@@ -191,6 +256,7 @@ class DiscoverPanel(QWidget):
     def search(self) -> None:
         query = self.query.text().strip()
         self._set_status(f"Searching for “{query}”…" if query else "Listing the most popular GGUF models…")
+        self.calls.forget(DRAFTS)
         self.repos.clear()
         self._repos = {}
         self._clear_files()
@@ -216,23 +282,36 @@ class DiscoverPanel(QWidget):
         if self._repos or self.query.text().strip():
             self.search()
 
-    def _show_repos(self, repos: list) -> None:
+    def _fill_repos(self, repos: list, notes: dict[str, str] | None = None) -> None:
+        """Rows for RepoResults; `notes`: a line per repository id for its tooltip."""
         self._repos = {r.repo_id: r for r in repos}
         for repo in repos:
             item = QTreeWidgetItem(text.repo_row(repo))
             item.setData(0, KEY_ROLE, repo.repo_id)
-            tip = text.repo_tooltip(repo)
+            note = (notes or {}).get(repo.repo_id)
+            tip = text.repo_tooltip(repo) + (f"\n{note}" if note else "")
             for column in range(4):
                 item.setToolTip(column, tip)
             for column in (1, 2):
                 item.setTextAlignment(column, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.repos.addTopLevelItem(item)
+
+    def _show_repos(self, repos: list) -> None:
+        self._fill_repos(repos)
         query = self.query.text().strip()
         if repos:
             self._set_status(f"{len(repos)} repositor{'ies' if len(repos) != 1 else 'y'}"
                              f"{f' for “{query}”' if query else ''}: pick one to see its GGUF files")
         else:
-            self._set_status(f"No GGUF repositories match “{query}”." if query else "No GGUF repositories found.")
+            self._set_status(f"No GGUF repository has all of “{query}” in its name." if query
+                             else "No GGUF repositories found.")
+
+    def _show_drafts(self, found: DraftSearch) -> None:
+        main = self.chooser.current()
+        title = main.title if main is not None and main.key == found.main_key else found.main_key
+        self._fill_repos([s.repo for s in found.hub if s.repo is not None],
+                         {s.repo_id: f"can draft for {title}: {text.suggestion_line(s)}" for s in found.hub if s.repo_id})
+        self._set_status(text.drafts_status(title, found.query, found.hub, found.local))
 
     def _on_repo_changed(self, item: QTreeWidgetItem | None, _previous=None) -> None:
         self._clear_files()
@@ -245,7 +324,7 @@ class DiscoverPanel(QWidget):
     # --- files ----------------------------------------------------------------------------------
 
     def _clear_files(self) -> None:
-        for channel in (FILES, STATES, HEADER, COMPAT):
+        for channel in (FILES, STATES, HEADER, COMPAT, PRICE):
             self.calls.forget(channel)
         self._listing = None
         self.files.clear()
@@ -289,7 +368,56 @@ class DiscoverPanel(QWidget):
         self._set_details(f"<b>{html.escape(text.file_label(f))}</b> · {format_bytes(f.size_bytes)}"
                           f"<br><i>reading header…</i>")
         self.calls.forget(COMPAT)
+        self._forget_price()
         self.calls.submit(HEADER, read_file_facts, f.repo_id, f.filename, self._main, self._machine)
+
+    # --- the judged main model and the price of a draft -------------------------------------
+
+    def _on_judged_main_changed(self) -> None:
+        """Another main model to judge drafts against: the shown file is checked against it."""
+        main = self.chooser.current()
+        self._main = main.info if main is not None else None
+        self._main_path = main.path if main is not None else None
+        if self._facts is None:
+            return
+        self._forget_price()
+        if main is None:
+            self.calls.forget(COMPAT)
+            self._facts = dataclasses.replace(self._facts, compat=None)
+            self._show_facts()
+        else:
+            self._pricing = True
+            self.calls.submit(COMPAT, check_draft, main.info, self._facts.info)
+
+    def _price_facts(self) -> None:
+        """Ask what this machine's measured steps predict for the shown file as a draft."""
+        facts = self._facts
+        if facts is None or self._main is None or facts.compat is None or not facts.compat.compatible:
+            self._forget_price()
+            return
+        here = self._listing.local.get(facts.filename) if self._listing is not None else None
+        self._pricing = True
+        self.calls.submit(PRICE, price_for, self._main, self._main_path, facts.info, here)
+
+    def _forget_price(self) -> None:
+        self.calls.forget(PRICE)
+        self._price, self._pricing = None, False
+
+    def _find_drafts_for_file(self) -> None:
+        """"Find a draft for it" on a file's page: judge drafts against this file from now on,
+        and look for them on the hub."""
+        f, facts = self._file, self._facts
+        if f is None or facts is None:
+            return
+        here = self._listing.local.get(f.filename) if self._listing is not None else None
+        twin = self.chooser.library_model(facts.same_as) if facts.same_as and not here else None
+        if twin is not None:  # a built-in model is this one: judge against it (its steps were measured)
+            self.chooser.select(twin.key)
+        else:
+            self.chooser.add_hub_model(MainCandidate(here or f"hub:{f.repo_id}/{f.filename}",
+                                                     model_title(f.repo_id, f.filename, facts.info.file_type),
+                                                     facts.info, here, f.repo_id))
+        self.find_drafts()
 
     def _show_file(self, f) -> None:
         """Select a file (or none): details, the Download button and its note."""
@@ -304,7 +432,7 @@ class DiscoverPanel(QWidget):
         if self._facts is None or self._file is None:
             return
         here = self._listing is not None and text.file_state(self._listing, self._file) == "downloaded"
-        body = text.facts_html(self._facts, self._file.size_bytes, self._main, self._main_name, here)
+        body = text.facts_html(self._facts, self._file.size_bytes, self._main, here, self._price, self._pricing)
         item = self._file_item(self._file.filename)
         if self._facts.same_as and item is not None and not item.text(2):
             item.setText(2, "built-in")
@@ -312,7 +440,7 @@ class DiscoverPanel(QWidget):
         note = text.split_note(self._file)
         if note:
             body += f"<br><span style='color:{text.BAD}'>{html.escape(note)}</span>"
-        self._set_details(f"<b>{html.escape(text.file_label(self._file))}</b><br>{body}")
+        self._set_details(body)  # the file is named by its highlighted row above
 
     def _update_download_button(self) -> None:
         f, listing = self._file, self._listing
@@ -325,7 +453,7 @@ class DiscoverPanel(QWidget):
             note = "" if self._strip_shows(f) else "in the library (the Hugging Face cache)"
         elif twin:  # a second copy would be the same model under a second name
             label, usable = "Already here", False
-            note = f"the built-in {twin} is this model: no need to download it"
+            note = "no need to download it"  # the facts say which built-in model it is
         elif state.startswith("partial"):
             label, note = "Resume download", f"{state.removeprefix('partial ')} kept from an earlier try"
         elif f is not None:
@@ -338,6 +466,8 @@ class DiscoverPanel(QWidget):
         self.download_button.setEnabled(f is not None and f.complete and usable and not self._unusable
                                         and not self.strip.is_busy())
         self.download_note.setText(note)
+        self.draft_button.setEnabled(self._facts is not None and not self._unusable)
+        self._fit_file_pane()  # the progress strip or the token prompt may have come or gone
 
     def _strip_shows(self, f) -> bool:
         """Whether the download strip already says this file was downloaded and verified."""
@@ -371,9 +501,15 @@ class DiscoverPanel(QWidget):
 
     def _start_download(self, repo_id: str, filename: str) -> None:
         listing = self._listing
-        resuming = bool(listing and listing.repo_id == repo_id and filename in listing.partial)
+        kept = listing.partial.get(filename, 0) if listing is not None and listing.repo_id == repo_id else 0
+        if not kept and self._download == (repo_id, filename) and self.strip.state == STOPPED and self.strip.last:
+            kept = self.strip.last.done  # stopped a moment ago: the listing is not re-read yet
         self._download = (repo_id, filename)
-        self.strip.started(f"{repo_id}/{filename}", resuming)
+        self.strip.started(f"{repo_id}/{filename}", bool(kept))
+        # Replaces the status bar's "cancelled ... download it again to resume", which still
+        # showed while the resumed download ran.
+        self.statusMessage.emit(f"resuming {repo_id}/{filename} from {format_bytes(kept)}" if kept
+                                else f"downloading {repo_id}/{filename}")
         self.calls.start_download(repo_id, filename)
         self._update_download_button()
 
@@ -425,11 +561,19 @@ class DiscoverPanel(QWidget):
         elif channel == HEADER:
             self._facts, self._machine = result, result.machine
             if self._header_main is not self._main:  # the main model changed while reading
-                self.set_main_model(self._main, self._main_name)
+                self._on_judged_main_changed()
+            else:
+                self._price_facts()
             self._show_facts()
         elif channel == COMPAT and self._facts is not None:
             self._facts = dataclasses.replace(self._facts, compat=result)
+            self._price_facts()
             self._show_facts()
+        elif channel == PRICE:
+            self._price, self._pricing = result, False
+            self._show_facts()
+        elif channel == DRAFTS:
+            self._show_drafts(result)
         elif channel == STATES:
             self._apply_states(result)
         elif channel == TOKEN:
@@ -444,6 +588,12 @@ class DiscoverPanel(QWidget):
         elif channel == FILES:
             self.files.clear()
             self._placeholder(self.files, failure.message)
+            self._set_status(failure.message, error=True)
+        elif channel == PRICE:  # the verdict stands on the sizes alone
+            log.info("draft price not read: %s", failure.message)
+            self._price, self._pricing = None, False
+            self._show_facts()
+        elif channel == DRAFTS:
             self._set_status(failure.message, error=True)
         elif channel in (HEADER, COMPAT):
             self._set_details(f"<b>{html.escape(text.file_label(self._file))}</b><br>"
@@ -468,14 +618,24 @@ class DiscoverPanel(QWidget):
 
     def _set_details(self, rich_text: str) -> None:
         self.details.setText(rich_text)
-        self._fit_details()
+        self._fit_file_pane()
 
-    def _fit_details(self) -> None:
+    def _fit_file_pane(self) -> None:
+        """Give the file pane the height of all it shows (the whole facts, the buttons, the
+        progress), the lists the rest but never less than their few rows: the facts scroll only
+        where the two do not fit. A height the user dragged the handle to is kept."""
+        if self._split_dragged or not self.isVisible():
+            return
+        total = sum(self.split.sizes())
+        if total <= 0:
+            return
         width = max(self.details_box.viewport().width(), 100)
-        wanted = self.details.heightForWidth(width)
-        line = self.fontMetrics().lineSpacing()
-        cap = max(3 * line, self.height() // 3)
-        self.details_box.setFixedHeight(min(max(wanted, 2 * line), cap) + 2)
+        fixed = self.file_pane.minimumSizeHint().height() - self.details_box.minimumHeight()
+        # A line to spare: the facts' scroll bar, once it shows, narrows them by a line's worth.
+        wanted = fixed + self.details.heightForWidth(width) + self.fontMetrics().lineSpacing()
+        room = total - self._lists_minimum()
+        pane = max(min(wanted, room), self.file_pane.minimumSizeHint().height())
+        self.split.setSizes([total - pane, pane])
 
     def _set_status(self, message: str, error: bool = False) -> None:
         self.status.setText(f"<span style='color:{text.BAD}'>{html.escape(message)}</span>" if error

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.engine.drafting.compat import TOKEN_LEVEL
 from app.engine.gguf.info import GGUFInfo
 from app.hub.draft_verdict import FAILS, NO_GAIN, PAYS, draft_verdict
 from app.hub.fields import shown
@@ -18,6 +18,8 @@ from app.ui.common.format import format_bytes, relative_time
 
 if TYPE_CHECKING:  # types only: the hub modules load on the worker threads (see hub_tasks)
     from app.engine.drafting.compat import DraftCheck
+    from app.hub.draft_price import DraftPrice
+    from app.hub.drafts import DraftSuggestion
     from app.hub.progress import DownloadProgress
     from app.hub.repos import GGUFModelFile, RepoResult
     from app.worker.hub_tasks import FileFacts, RepoFiles
@@ -40,8 +42,8 @@ def repo_row(repo: RepoResult) -> list[str]:
 
 def repo_tooltip(repo: RepoResult) -> str:
     lines = [shown(repo.repo_id), f"{repo.downloads:,} downloads · {repo.likes:,} likes"]
-    if repo.architecture or repo.n_params:
-        size = f"{count_text(repo.n_params)} params" if repo.n_params else ""
+    if repo.architecture or repo.n_params:  # the hub's count sums every tensor, a tied output's copy too
+        size = f"{count_text(repo.n_params)} params by the hub's count" if repo.n_params else ""
         lines.append(" · ".join(x for x in (shown(repo.architecture or ""), size) if x))
     if repo.gated:
         lines.append("gated: accept its terms on the hub and give a token to download")
@@ -79,16 +81,19 @@ def _coloured(ok: bool, text: str) -> str:
     return f"<span style='color:{GOOD if ok else BAD}'>{mark} {html.escape(text)}</span>"
 
 
-def draft_html(compat: DraftCheck | None, draft: GGUFInfo, main: GGUFInfo | None, main_name: str | None) -> str:
-    """'As a draft for X: ✓ ...' in the verdict's one colour (app.hub.draft_verdict), X named as
-    the library names it; or how to get the check."""
+def draft_html(compat: DraftCheck | None, draft: GGUFInfo, main: GGUFInfo | None,
+               price: DraftPrice | None = None, pricing: bool = False) -> str:
+    """'As a draft: ✓ ...' in the verdict's one colour (app.hub.draft_verdict), priced by this
+    machine's measured steps where known (`price`); or how to get the check. `pricing`: the
+    price is still being read. The main model is named by the chooser right above the facts
+    ("As a draft for: [X]"), as the library names it."""
     if main is None or compat is None:
         return html.escape("Draft check: choose a main model first.")
-    who = html.escape(main_name or Path(main.path).name)
-    verdict = draft_verdict(compat, draft, main, local=False)  # the draft's header came over HTTP
+    if pricing and compat.compatible:
+        return "As a draft: <i>weighing this machine's measured step costs…</i>"
+    verdict = draft_verdict(compat, draft, main, local=False, price=price)  # the draft's header came over HTTP
     colour, mark = VERDICT_STYLE[verdict.kind]
-    return (f"As a draft for <b>{who}</b>: "
-            f"<span style='color:{colour}'>{mark} {html.escape(verdict.text)}</span>")
+    return f"As a draft: <span style='color:{colour}'>{mark} {html.escape(verdict.text)}</span>"
 
 
 # GGUF's tokenizer.ggml.model names the tokenizer's kind by the model that made it famous ("gpt2"
@@ -97,9 +102,10 @@ TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "
                    "t5": "Unigram", "rwkv": "RWKV", "plamo2": "PLaMo-2"}
 
 
-def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_name: str | None,
-               here: bool = False) -> str:
-    """The selected file's facts; `here`: it is downloaded already (no size "to download")."""
+def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, here: bool = False,
+               price: DraftPrice | None = None, pricing: bool = False) -> str:
+    """The selected file's facts; `here`: it is downloaded already (no size "to download");
+    `price`, `pricing`: as draft_html."""
     info = facts.info
     parts = fact_parts(info)
     if info.file_size:  # fact_parts ends with the file size; the whole model's is shown instead
@@ -107,13 +113,15 @@ def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, main_na
     vocab = f"vocabulary {info.vocab_size:,}"
     kind = TOKENIZER_KINDS.get(info.vocab_type or "")
     parts = [f"{vocab} ({kind} tokenizer)" if p == vocab and kind else p for p in parts]
+    # The answers first (does it fit, can it draft), then the facts they rest on: on a laptop's
+    # screen the first lines are the ones in sight.
     lines = [
-        html.escape(" · ".join(parts)),
-        f"{info.n_layers} layers · {format_bytes(size_bytes)}" + (", downloaded" if here else " to download"),
         _coloured(facts.fit.fits, facts.fit.reason),
         *([f"<span style='color:{GOOD}'>✓ already here: the built-in {html.escape(facts.same_as)} "
            f"is this model</span>"] if facts.same_as else []),
-        draft_html(facts.compat, info, main, main_name),
+        draft_html(facts.compat, info, main, price, pricing),
+        html.escape(" · ".join(parts)),
+        f"{info.n_layers} layers · {format_bytes(size_bytes)}" + (", downloaded" if here else " to download"),
         f"<span style='font-size:small'>header read with {facts.requests} range "
         f"request{'s' if facts.requests != 1 else ''}: {format_bytes(facts.bytes_read)}</span>",
     ]
@@ -149,3 +157,24 @@ def progress_line(p: DownloadProgress) -> str:
     if p.resumed_from:
         bits.append(f"resumed at {format_bytes(p.resumed_from)}")
     return " · ".join(bits)
+
+
+def suggestion_line(s: DraftSuggestion) -> str:
+    """'qwen2.5-coder-0.5b-instruct-q8_0.gguf: token by token, 32% of its size'."""
+    how = "token by token" if s.level == TOKEN_LEVEL else "through text (another vocabulary)"
+    return f"{shown(s.filename or s.name)}: {how}, {s.ratio:.0%} of its size"
+
+
+def drafts_status(main_title: str, query: str, hub: tuple[DraftSuggestion, ...],
+                  local: tuple[DraftSuggestion, ...]) -> str:
+    """The status line over a draft search's results: what was searched, what is here already
+    (same-vocabulary drafts by name, the text-level ones counted)."""
+    same = [shown(s.name) for s in local if s.level == TOKEN_LEVEL]
+    through_text = len(local) - len(same)
+    here = ", ".join(same + ([f"{through_text} more through text"] if through_text else []))
+    here = f"; in your library already: {here}" if here else ""
+    if not hub:
+        return f"No model on the hub found to draft for {main_title} (searched “{shown(query)}”){here}."
+    n = len(hub)
+    return (f"Drafts for {main_title}: {n} repositor{'ies' if n != 1 else 'y'} of its family (“{shown(query)}”) "
+            f"whose files can draft for it, best first{here}")

@@ -198,11 +198,11 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         self.library.entriesChanged.connect(self._on_library)
+        self.library.entriesChanged.connect(self.discover.set_library)  # the main models Discover judges drafts for
         self.library.mainChosen.connect(self._on_main_chosen)
         self.library.message.connect(self.show_message)
         self.discover.statusMessage.connect(self.show_message)
         self.discover.downloaded.connect(self._on_downloaded)
-        self.picker.selectionChanged.connect(self._on_pair_selection)
         self.models_tabs.currentChanged.connect(self._on_models_tab)
         self.serve_panel.startRequested.connect(self._start_server)
         self.serve_panel.stopRequested.connect(self.server.stop)
@@ -277,6 +277,7 @@ class MainWindow(QMainWindow):
         facts = replace(facts, main_name=self._title(facts.main_path, facts.main_name),
                         draft_name=self._title(facts.draft_path, facts.draft_name))
         self.loaded_facts = facts
+        self._judge_drafts_for_loaded()
         self.picker.set_loading(False)
         self.picker.set_loaded(facts, spec)
         self.charts.set_acceptance_note(None)
@@ -364,9 +365,11 @@ class MainWindow(QMainWindow):
         """The tabs share one height (the column does not jump when switching); the user's
         splitter position is the same for all of them."""
 
-    def _on_pair_selection(self) -> None:
-        """Discover judges files as drafts for the main model chosen here."""
-        main = self.picker.main_entry()
+    def _judge_drafts_for_loaded(self) -> None:
+        """Discover judges files as drafts for the main model the chat loaded (not for whatever
+        the picker shows: in a fresh window that is the demo model nobody chose)."""
+        path = self.loaded_facts.main_path if self.loaded_facts is not None else None
+        main = next((e for e in self.library.entries() if e.usable and e.path == path), None)
         self.discover.set_main_model(main.info if main is not None else None, main.title if main is not None else None)
 
     def _on_main_chosen(self, path: str) -> None:
