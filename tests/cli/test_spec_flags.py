@@ -90,7 +90,7 @@ def test_compare_takes_the_new_names_and_combines_ngram_types():
     args = build_parser().parse_args(["compare", "-m", "m.gguf", "--spec-type", "ngram-cache,ngram-simple",
                                       "--spec-draft-model", "d.gguf", "--spec-draft-n-max", "4,8",
                                       "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5"])
-    assert drafts_arg(args) == "none,lookup,lookup+ngram-cache,d.gguf"
+    assert drafts_arg(args) == "none,lookup+ngram-cache+ngram-mod,lookup+ngram-cache,d.gguf"  # the default, then these
     assert (args.draft_max, args.draft_min, args.draft_p_min) == ("4,8", 1, 0.5)
     old = build_parser().parse_args(["compare", "-m", "m.gguf", "--draft-max", "4,8", "--draft-min", "1"])
     assert (old.draft_max, old.draft_min) == ("4,8", 1)

@@ -167,7 +167,7 @@ def test_compare_takes_the_map_types_and_its_fastest_line_names_them_again():
     from app.compare.fastest import Fastest, run_flags
 
     args = build_parser().parse_args(["compare", "-m", "m.gguf", "--spec-type", "ngram-map-k4v,ngram-simple"])
-    assert drafts_arg(args) == "none,lookup,ngram-map-k4v+lookup"
+    assert drafts_arg(args) == "none,lookup+ngram-cache+ngram-mod,ngram-map-k4v+lookup"  # the default, then these
     assert resolve_draft("ngram-map-k").label == "ngram-map-k"
     chosen = Fastest("ngram-map-k4v+lookup", "m.gguf", "ngram-map-k4v+lookup", None, 64, True, 0, 0.75, 1.2)
     flags = run_flags(chosen)

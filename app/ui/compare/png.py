@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from app.compare.results import CompareRun
-from app.compare.verdict import verdict
+from app.compare.verdict import headline, verdict
 from app.ui.common.format import html_text
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _render(run: CompareRun, path: Path) -> Path:
     page = QWidget()
     layout = QVBoxLayout(page)
     title = QLabel(f"<b>{html_text(run.main.name)}</b> · {html_text(run.main.plan)} · {run.created_text()}"
-                   f"<br>{html_text(verdict(run))}")
+                   f"<br><b>{html_text(headline(run))}</b><br>{html_text(verdict(run))}")
     title.setWordWrap(True)
     charts = CompareCharts()
     layout.addWidget(title)
