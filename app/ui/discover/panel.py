@@ -18,13 +18,10 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
-    QFrame,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QPushButton,
-    QScrollArea,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
@@ -35,9 +32,10 @@ from PySide6.QtWidgets import (
 from app.engine.gguf.info import GGUFInfo
 from app.hub.names import model_title
 from app.ui.discover import text
-from app.ui.discover.judge import MainCandidate, MainChooser, candidate_for
+from app.ui.discover.file_pane import FilePane, ListsAndFile
+from app.ui.discover.judge import MainCandidate, candidate_for
 from app.ui.discover.tasks import DraftSearch, drafts_for, price_for
-from app.ui.discover.widgets import DONE, STOPPED, DownloadStrip, TokenPrompt
+from app.ui.discover.widgets import DONE, STOPPED
 from app.ui.common.format import format_bytes
 from app.ui.common.style import small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
@@ -52,10 +50,6 @@ SORTS = [("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently u
 SEARCH_LIMIT = 50
 SIDE_BY_SIDE_WIDTH = 760  # wider than this, repositories and files sit side by side
 KEY_ROLE = Qt.ItemDataRole.UserRole
-# The file pane (the selected file's facts, Download, the download's progress) keeps at least these
-# lines of facts in sight; the lists above give up height first, down to a few rows each.
-FACT_LINES = 4
-LIST_ROWS = 2
 TOKEN_PROMPT = ("This repository needs a Hugging Face token with access to it: accept its terms on its "
                 "page, then paste a read token here.")
 
@@ -129,83 +123,32 @@ class DiscoverPanel(QWidget):
         search_row.addWidget(self.query, 1)
         search_row.addWidget(self.sort)
         search_row.addWidget(self.search_button)
-        # The lists above, the selected file below: the lists give up height first, so that the
-        # file's facts, its Download button and the download's progress stay in sight on a
-        # 1280x720 screen (they were below the fold of a scrolling panel).
-        self.split = QSplitter(Qt.Orientation.Vertical)
-        self.split.setChildrenCollapsible(False)
-        self.split.addWidget(self.lists)
-        self.split.addWidget(self._file_pane())
-        self.split.setStretchFactor(0, 1)
-        self.split.setStretchFactor(1, 0)
-        self._split_dragged = False
-        self.split.splitterMoved.connect(self._on_split_dragged)
+        self._build_file_pane()
+        # The lists above, the selected file below (file_pane.ListsAndFile): the lists give up
+        # height first, so that the file's facts, Download and the progress stay in sight.
+        self.split = ListsAndFile(self.lists, (self.repos, self.files), self.file_pane)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(search_row)
         layout.addWidget(self.status)
         layout.addWidget(self.split, 1)
-        self._fit_lists()
         self._show_file(None)
 
-    def _file_pane(self) -> QWidget:
-        """What the selected file is (facts, fit, the draft verdict against the chosen main model),
-        Download and "Find a draft for it", a token prompt and the download's progress. Only the
-        facts scroll; the rest is always in sight."""
-        self.chooser = MainChooser()
+    def _build_file_pane(self) -> None:
+        """The selected file's pane (file_pane.FilePane), its parts named here as the panel uses them."""
+        pane = self.file_pane = FilePane()
+        self.chooser, self.details, self.details_box = pane.chooser, pane.details, pane.details_box
+        self.download_button, self.draft_button, self.download_note = (pane.download_button, pane.draft_button,
+                                                                       pane.download_note)
+        self.token, self.strip = pane.token, pane.strip
         self.chooser.changed.connect(self._on_judged_main_changed)
         self.chooser.findRequested.connect(self.find_drafts)
-        self.details = QLabel()
-        self.details.setWordWrap(True)
-        self.details.setTextFormat(Qt.TextFormat.RichText)
-        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.details_box = QScrollArea()
-        self.details_box.setWidgetResizable(True)
-        self.details_box.setFrameShape(QFrame.Shape.NoFrame)
-        self.details_box.setWidget(self.details)
-        self.details_box.setMinimumHeight(FACT_LINES * self.fontMetrics().lineSpacing())
-        self.download_button = QPushButton("Download")
         self.download_button.clicked.connect(self.download_selected)
-        self.draft_button = QPushButton("Find a draft for it")
-        self.draft_button.setToolTip("Judge drafts against this model and search the hub for smaller models of "
-                                     "its family that can draft for it, same vocabulary first")
         self.draft_button.clicked.connect(self._find_drafts_for_file)
-        self.download_note = small_muted_label(selectable=False)
-        self.token = TokenPrompt()
         self.token.tokenEntered.connect(self._save_token)
-        self.strip = DownloadStrip()
         self.strip.cancelRequested.connect(self.cancel_download)
         self.strip.resumeRequested.connect(self._resume)
         self.calls.downloadProgress.connect(self.strip.progress)
-
-        button_row = QHBoxLayout()
-        button_row.addWidget(self.download_button)
-        button_row.addWidget(self.draft_button)
-        button_row.addWidget(self.download_note, 1)
-        pane = QWidget()
-        layout = QVBoxLayout(pane)
-        layout.setContentsMargins(0, 4, 0, 0)
-        layout.addWidget(self.chooser)
-        layout.addWidget(self.details_box, 1)
-        layout.addLayout(button_row)
-        layout.addWidget(self.token)
-        layout.addWidget(self.strip)
-        self.file_pane = pane
-        return pane
-
-    def _fit_lists(self) -> None:
-        """Each list keeps its header and LIST_ROWS rows: the rest of their height is the file
-        pane's to take."""
-        for tree in (self.repos, self.files):
-            rows = tree.header().sizeHint().height() + LIST_ROWS * (tree.fontMetrics().height() + 4)
-            tree.setMinimumHeight(rows + 2 * tree.frameWidth())
-
-    def _lists_minimum(self) -> int:
-        heights = [tree.minimumHeight() for tree in (self.repos, self.files)]
-        if self.lists.orientation() == Qt.Orientation.Horizontal:
-            return max(heights)
-        return sum(heights) + self.lists.handleWidth()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -213,14 +156,11 @@ class DiscoverPanel(QWidget):
         orientation = Qt.Orientation.Horizontal if wide else Qt.Orientation.Vertical
         if self.lists.orientation() != orientation:
             self.lists.setOrientation(orientation)
-        self._fit_file_pane()
+        self.split.fit()
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
-        self._fit_file_pane()
-
-    def _on_split_dragged(self, _pos: int, _index: int) -> None:
-        self._split_dragged = True
+        self.split.fit()
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -467,7 +407,7 @@ class DiscoverPanel(QWidget):
                                         and not self.strip.is_busy())
         self.download_note.setText(note)
         self.draft_button.setEnabled(self._facts is not None and not self._unusable)
-        self._fit_file_pane()  # the progress strip or the token prompt may have come or gone
+        self.split.fit()  # the progress strip or the token prompt may have come or gone
 
     def _strip_shows(self, f) -> bool:
         """Whether the download strip already says this file was downloaded and verified."""
@@ -618,24 +558,7 @@ class DiscoverPanel(QWidget):
 
     def _set_details(self, rich_text: str) -> None:
         self.details.setText(rich_text)
-        self._fit_file_pane()
-
-    def _fit_file_pane(self) -> None:
-        """Give the file pane the height of all it shows (the whole facts, the buttons, the
-        progress), the lists the rest but never less than their few rows: the facts scroll only
-        where the two do not fit. A height the user dragged the handle to is kept."""
-        if self._split_dragged or not self.isVisible():
-            return
-        total = sum(self.split.sizes())
-        if total <= 0:
-            return
-        width = max(self.details_box.viewport().width(), 100)
-        fixed = self.file_pane.minimumSizeHint().height() - self.details_box.minimumHeight()
-        # A line to spare: the facts' scroll bar, once it shows, narrows them by a line's worth.
-        wanted = fixed + self.details.heightForWidth(width) + self.fontMetrics().lineSpacing()
-        room = total - self._lists_minimum()
-        pane = max(min(wanted, room), self.file_pane.minimumSizeHint().height())
-        self.split.setSizes([total - pane, pane])
+        self.split.fit()
 
     def _set_status(self, message: str, error: bool = False) -> None:
         self.status.setText(f"<span style='color:{text.BAD}'>{html.escape(message)}</span>" if error
