@@ -20,13 +20,15 @@ import shlex
 from dataclasses import dataclass
 
 from app.engine.drafting.kinds import SPEC_TYPE_OF  # the engine's n-gram kinds by llama.cpp's names
-from app.compare.results import COMPARE_DEFAULTS, LLAMA_SERVER, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec, RunSettings
+from app.compare.results import (COMPARE_DEFAULTS, LLAMA_SERVER, MODEL, NONE, SERVER_URL, CompareRun, ConfigSpec,
+                                 RunSettings)
 from app.compare.summary import ALL, Row, Spread, is_plain, plain_of, table_rows, times, tps_spread
 
 MARGIN = 1.05  # a drafter must be this much faster than plain decoding to be chosen
 MIN_RUNS = 2  # one run has no spread: nothing tells its lead from the machine's noise
 DEFAULTS = COMPARE_DEFAULTS  # `specula run`'s draft defaults are the same (app.cli.add_model_flags)
 SERVER_PLAIN_TEXT = "llama-server's plain decoding"
+SERVER_OWN_TEXT = "llama-server's own decoding"  # its plain decoding's speed against ours: the engine's part
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,9 @@ class Fastest:
         if self.drafter != LLAMA_SERVER:
             return ""  # our loop: all of it is drafting
         if not self.server_types:
-            return f": {SERVER_PLAIN_TEXT.replace('plain', 'own')}, no drafting"
-        return (f": {times(self.drafting)} from drafting over {SERVER_PLAIN_TEXT}, {times(self.engine)} "
-                f"from llama-server's own decoding")
+            return f": {SERVER_OWN_TEXT}, no drafting"
+        return (f": {times(self.drafting)} from drafting over {SERVER_PLAIN_TEXT}, "
+                f"{times(self.engine)} from {SERVER_OWN_TEXT}")
 
     def describe(self) -> str:
         """short() with the spreads: 'lookup k=8, 2.3x the speed of none (41.0-44.2 tok/s over 3
@@ -108,8 +110,8 @@ def _doubt(run: CompareRun, config: ConfigSpec, row: Row) -> str:
     plain = plain_of(run, config)
     if plain is None:  # a llama-server type without llama-server's plain row
         if silent:  # what it never drafted cannot have gained it anything
-            return f"{config.name}'s {times(row.speedup)} is llama-server's own decoding: {silent}"
-        return (f"{config.name}'s {times(row.speedup)} over none is llama-server's own decoding and its drafting "
+            return f"{config.name}'s {times(row.speedup)} is {SERVER_OWN_TEXT}: {silent}"
+        return (f"{config.name}'s {times(row.speedup)} over none is {SERVER_OWN_TEXT} and its drafting "
                 f"together: run {SERVER_PLAIN_TEXT} beside it to tell them apart")
     base_text = "plain decoding" if plain == NONE else SERVER_PLAIN_TEXT
     doubt = _noise(run, config.name, plain, row.gain, base_text, silent, drafter=True)

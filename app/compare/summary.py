@@ -1,5 +1,6 @@
 """What a comparison means: per configuration and category figures, the curves and the
-differences from an earlier run (the verdict is app.compare.verdict's). Plain Python over results.CompareRun (no torch, no Qt).
+differences from an earlier run (the verdict is app.compare.verdict's). Plain Python over
+results.CompareRun (no torch, no Qt).
 
 Speeds are decoding speeds: tokens after the first one over the time they took (the first token
 comes from the prompt pass and is the time to first token, reported on its own). A group of
@@ -68,11 +69,13 @@ def plain_of(run: CompareRun, config: ConfigSpec) -> str | None:
     """The row whose speed a drafted row's drafting is measured against: its own engine's plain
     decoding (none for ours, llama-server's for a llama-server type). None for a plain row, for a
     server at a URL (its own model and engine), and for a llama-server type run without
-    llama-server's plain row: there the engine's part and drafting's cannot be told apart."""
+    llama-server's plain row (or before it has a result): there the engine's part and drafting's
+    cannot be told apart."""
     if is_plain(config) or config.drafter == SERVER_URL:
         return None
     if config.drafter == LLAMA_SERVER:
-        return next((c.name for c in run.configs if c.drafter == LLAMA_SERVER and is_plain(c)), None)
+        return next((c.name for c in run.configs
+                     if c.drafter == LLAMA_SERVER and is_plain(c) and run.results_of(c.name)), None)
     return NONE
 
 

@@ -9,7 +9,7 @@ ours is said on its own. A gain where no draft was accepted is never drafting's.
 
 from __future__ import annotations
 
-from app.compare.fastest import SERVER_PLAIN_TEXT, fastest
+from app.compare.fastest import SERVER_OWN_TEXT, SERVER_PLAIN_TEXT, fastest
 from app.compare.results import NONE, SERVER_URL, CompareRun, ConfigSpec
 from app.compare.summary import ALL, Row, is_plain, plain_of, speedup_spread, table_rows, times
 
@@ -95,15 +95,14 @@ def _judge(run: CompareRun, rows: list[Row], config: ConfigSpec, overall: Row) -
     """What a configuration's figures say: an engine's own speed against ours, or a drafter's
     gain over its engine's plain decoding."""
     if is_plain(config):  # llama-server's plain decoding: the engine, against ours
-        return _engine(overall, "llama-server's own decoding, no drafting")
+        return _engine(overall, f"{SERVER_OWN_TEXT}, no drafting")
     if config.drafter == SERVER_URL:
         return _engine(overall, "its own model and engine, drafting not told apart")
     plain = plain_of(run, config)
     if plain is None:  # a llama-server type without llama-server's plain row to measure it by
         if not overall.accept_rate:
-            return (f"no draft accepted: its {times(overall.speedup)} over none is llama-server's own "
-                    "decoding, not drafting")
-        return (f"{times(overall.speedup)} the speed of none, llama-server's own decoding and drafting together "
+            return f"no draft accepted: its {times(overall.speedup)} over none is {SERVER_OWN_TEXT}, not drafting"
+        return (f"{times(overall.speedup)} the speed of none, {SERVER_OWN_TEXT} and drafting together "
                 f"(run {SERVER_PLAIN_TEXT} beside it to tell them apart)")
     if overall.nothing_drafted is not None:
         return overall.nothing_drafted

@@ -21,6 +21,7 @@ PROMPTS = (Prompt("code", "def f(x):"), Prompt("chat", "hello"))
 DECLINED = ("drafting declined in all 40 steps: a drafted token costs 0.65x a main-model token here and a verify "
             "of 4 drafts 3.7x, so plain decoding was faster")
 DRAFT_05B = "Qwen2.5 Coder 0.5B Instruct Q4_K_M"
+OURS_PLAIN = ConfigSpec(NONE, NONE, label=NONE)
 SERVER_PLAIN = ConfigSpec("llama-server plain", LLAMA_SERVER, None, "llama-server plain")
 SERVER_MOD = ConfigSpec("llama-server ngram-mod", LLAMA_SERVER, None, "llama-server ngram-mod", server_types="ngram-mod")
 OURS_DEFAULT = ConfigSpec(LEARNING, LEARNING, None, LEARNING)
@@ -52,8 +53,7 @@ def made_run(rows: dict[ConfigSpec, tuple[list[float], int, int, str | None]]) -
 def issue60_run(with_server_plain: bool = True) -> CompareRun:
     """none ~20 tok/s; llama-server plain ~24; llama-server ngram-mod ~24 with 0 of 30 drafts accepted;
     our default drafter ~20 with a few accepted; the 0.5B declined in every step."""
-    none = ConfigSpec(NONE, NONE, label=NONE)
-    rows = {none: ([19.8, 20.1, 20.0], 0, 0, None)}
+    rows = {OURS_PLAIN: ([19.8, 20.1, 20.0], 0, 0, None)}
     if with_server_plain:
         rows[SERVER_PLAIN] = ([24.0, 24.3, 24.1], 0, 0, None)
     rows[SERVER_MOD] = ([24.1, 24.2, 24.0], 30, 0, None)

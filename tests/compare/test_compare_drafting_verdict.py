@@ -22,7 +22,7 @@ from app.compare.summary import ALL, table_rows
 from app.compare.verdict import headline, verdict, verdict_parts
 from app.engine.drafting.kinds import LEARNING, NGRAM_MOD
 from app.engine.loop.schedule import AdaptiveDraftLength
-from tests.compare.made_runs import (DRAFT_05B, DRAFT_MODEL, OURS_DEFAULT, SERVER_MOD, SERVER_PLAIN, issue60_run,
+from tests.compare.made_runs import (DRAFT_05B, DRAFT_MODEL, OURS_PLAIN, SERVER_MOD, SERVER_PLAIN, issue60_run,
                                      made_run)
 
 COPY = "The model reads the file and the model writes the file. " * 3
@@ -120,6 +120,9 @@ def test_without_llama_servers_plain_row_the_engine_cannot_be_told_from_drafting
                              "decoding: no draft accepted)")
     assert part_of(run, SERVER_MOD.name).startswith("llama-server ngram-mod: no draft accepted: its 1.2x over none is "
                                                     "llama-server's own decoding, not drafting")
+    failed = issue60_run().with_error(SERVER_PLAIN.name, "llama-server could not start")
+    failed = replace(failed, results=tuple(r for r in failed.results if r.config != SERVER_PLAIN.name))
+    assert headline(failed) == headline(run)  # its plain row failed: the same as not run
     accepting = replace(run, results=tuple(replace(r, summary=replace(r.summary, n_accepted=9))
                                            if r.config == SERVER_MOD.name else r for r in run.results))
     assert "run llama-server's plain decoding beside it to tell them apart" in headline(accepting)
@@ -127,8 +130,7 @@ def test_without_llama_servers_plain_row_the_engine_cannot_be_told_from_drafting
 
 
 def test_a_server_type_that_drafts_right_says_which_part_is_drafting():
-    none = replace(OURS_DEFAULT, name=NONE, drafter=NONE, label=NONE)
-    run = made_run({none: ([10.0, 10.2, 10.1], 0, 0, None), SERVER_PLAIN: ([12.0, 12.1, 12.2], 0, 0, None),
+    run = made_run({OURS_PLAIN: ([10.0, 10.2, 10.1], 0, 0, None), SERVER_PLAIN: ([12.0, 12.1, 12.2], 0, 0, None),
                     SERVER_MOD: ([15.0, 15.2, 15.1], 30, 20, None)})
     assert headline(run) == ("Fastest: llama-server ngram-mod, 1.5x the speed of none: 1.2x from drafting over "
                              "llama-server's plain decoding, 1.2x from llama-server's own decoding")
@@ -162,7 +164,7 @@ def test_a_draft_model_that_never_drafted_says_why_it_declined():
     note = declined_note()
     reason = note.split(": ", 1)[1]
     assert note.startswith("drafting declined in all 40 steps") and reason.startswith("a drafted token costs")
-    run = made_run({replace(OURS_DEFAULT, name=NONE, drafter=NONE, label=NONE): ([20.0, 20.1, 19.9], 0, 0, None),
+    run = made_run({OURS_PLAIN: ([20.0, 20.1, 19.9], 0, 0, None),
                     DRAFT_MODEL: ([19.8, 19.9, 20.0], 0, 0, note)})
     assert part_of(run, DRAFT_05B).startswith(f"{DRAFT_05B}: declined: {reason}")
     assert "nothing accepted" not in verdict(run) and "no draft was accepted" not in verdict(run)
@@ -171,7 +173,7 @@ def test_a_draft_model_that_never_drafted_says_why_it_declined():
     table = format_table(run)
     assert f"# {DRAFT_05B}: declined: {reason}" in table and " declined " in table
     assert headline(run).startswith("No clear winner: plain decoding")
-    luckier = made_run({replace(OURS_DEFAULT, name=NONE, drafter=NONE, label=NONE): ([20.0, 20.1, 19.9], 0, 0, None),
+    luckier = made_run({OURS_PLAIN: ([20.0, 20.1, 19.9], 0, 0, None),
                         DRAFT_MODEL: ([22.5, 22.6, 22.4], 0, 0, note)})  # a lead beyond the spreads: not drafting's
     assert headline(luckier) == f"No clear winner: plain decoding ({DRAFT_05B}'s 1.1x is noise: it never drafted)"
 

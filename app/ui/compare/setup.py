@@ -43,12 +43,14 @@ NGRAM_CHOICES = (
      "The chat's default drafter: prompt lookup, the n-gram cache and the ngram-mod pool together, the longest "
      "match drafting. Its cache and pool start empty in each run and learn from each of its replies, as the "
      "chat's do."),
-    ("Prompt lookup (no draft model)", LOOKUP, "Drafts by copying what followed the last few tokens earlier in the prompt "
-                                               "and reply."),
+    ("Prompt lookup (no draft model)", LOOKUP,
+     "Drafts by copying what followed the last few tokens earlier in the prompt and reply."),
     ("N-gram cache (learns from the run's replies)", NGRAM_CACHE, f"The n-gram cache {_LEARNS}."),
     ("ngram-mod (learns from the run's replies)", NGRAM_MOD,
-     f"llama.cpp's ngram-mod, in our loop: a pool of 24-token n-grams that {_LEARNS}; a repeated answer drafts whole."),
-    ("Prompt lookup + n-gram cache", LOOKUP_CACHE, f"Prompt lookup and the n-gram cache together; the cache {_LEARNS}."),
+     f"llama.cpp's ngram-mod, in our loop: a pool of 24-token n-grams that {_LEARNS}; a repeated answer "
+     "drafts whole."),
+    ("Prompt lookup + n-gram cache", LOOKUP_CACHE,
+     f"Prompt lookup and the n-gram cache together; the cache {_LEARNS}."),
 )
 DEFAULT_CHECKED = LEARNING  # what a first run compares with plain decoding: the chat's default
 # llama.cpp's own speculation, the peer: llama-server started here per round on the same prompt ids.
