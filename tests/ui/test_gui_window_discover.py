@@ -95,7 +95,7 @@ def test_a_files_facts_download_and_progress_are_in_sight_on_a_laptop_screen(qtb
     assert "download it again to resume" in messages[-1]
     window.show_message(messages[-1])  # as the window's status bar shows it
     panel.strip.button.click()  # Resume
-    assert messages[-1].startswith(f"resuming {REPO_BIG}/{BIG_FILE} from ")
+    assert messages[-1] == f"resuming {REPO_BIG}/{BIG_FILE} where it stopped"
     assert window.statusBar().currentMessage() == messages[-1]  # the "cancelled" line is gone
     shot(window, f"60-9-discover-resuming-{size[0]}x{size[1]}")
     panel.cancel_download()

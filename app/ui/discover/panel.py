@@ -441,14 +441,14 @@ class DiscoverPanel(QWidget):
 
     def _start_download(self, repo_id: str, filename: str) -> None:
         listing = self._listing
-        kept = listing.partial.get(filename, 0) if listing is not None and listing.repo_id == repo_id else 0
-        if not kept and self._download == (repo_id, filename) and self.strip.state == STOPPED and self.strip.last:
-            kept = self.strip.last.done  # stopped a moment ago: the listing is not re-read yet
+        resuming = (listing is not None and listing.repo_id == repo_id and filename in listing.partial
+                    # stopped a moment ago: the listing may not be re-read yet
+                    or self._download == (repo_id, filename) and self.strip.state == STOPPED)
         self._download = (repo_id, filename)
-        self.strip.started(f"{repo_id}/{filename}", bool(kept))
+        self.strip.started(f"{repo_id}/{filename}", resuming)
         # Replaces the status bar's "cancelled ... download it again to resume", which still
         # showed while the resumed download ran.
-        self.statusMessage.emit(f"resuming {repo_id}/{filename} from {format_bytes(kept)}" if kept
+        self.statusMessage.emit(f"resuming {repo_id}/{filename} where it stopped" if resuming
                                 else f"downloading {repo_id}/{filename}")
         self.calls.start_download(repo_id, filename)
         self._update_download_button()
