@@ -121,7 +121,7 @@ def facts_html(facts: FileFacts, size_bytes: int, main: GGUFInfo | None, here: b
            f"is this model</span>"] if facts.same_as else []),
         draft_html(facts.compat, info, main, price, pricing),
         html.escape(" · ".join(parts)),
-        f"{info.n_layers} layers · {format_bytes(size_bytes)}" + (", downloaded" if here else " to download"),
+        f"{info.n_layers} layer{'s' if info.n_layers != 1 else ''} · {format_bytes(size_bytes)}" + (", downloaded" if here else " to download"),
         f"<span style='font-size:small'>header read with {facts.requests} range "
         f"request{'s' if facts.requests != 1 else ''}: {format_bytes(facts.bytes_read)}</span>",
     ]
