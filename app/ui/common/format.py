@@ -1,5 +1,5 @@
 """Short human-readable strings for the window: the stats line under a reply, relative times,
-byte sizes.
+byte sizes, model names shortened to a width.
 
 Plain Python (no Qt, no torch) so they are trivially testable and reusable.
 """
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 # Byte sizes read the same in the window as in the CLI and the hub's messages: one definition, the
 # GGUF reader's, which the window's files take from here with the rest of their text formats.
@@ -118,3 +119,102 @@ def html_text(text: str) -> str:
     """Plain text for a Qt rich-text label: <, > and & escaped. Quotes are left alone, because Qt's
     rich text does not decode html.escape's &#x27; and would show it literally."""
     return html.escape(text, quote=False)
+
+
+# --- model names shortened to a width ---------------------------------------------------------
+
+ELLIPSIS = "\u2026"
+_TAIL = re.compile(r"^(?P<core>.*?)(?P<tail>\s\([^()]*\))?$")  # "name (Q4_K_M)": the quantization
+_SEPARATOR = re.compile(r"([-_ ])")
+_SIZE_WORD = re.compile(r"^(?:\d+x)?\d+(?:\.\d+)?[BMK]$", re.IGNORECASE)  # "1.5B", "135M", "8x7B"
+
+
+def short_model_name(title: str, fits: Callable[[str], bool], others: Iterable[str] = (),
+                     cut_words: bool = True) -> str:
+    """`title` (a model's name as the library gives it, "org/Name-1.5B-Instruct-GGUF (Q4_K_M)")
+    shortened until fits(text) says it fits, keeping what tells it apart from `others` (the names
+    shown beside it) and its quantization: first the organisation goes (unless another name differs
+    only there), then "-GGUF" and a repeat of the quantization, then the words it shares with the
+    most similar of `others`, from the right; the parameter count stays. A middle cut
+    ("qwen2.5-...ruct-q4_k_m-GGUF") made two sizes of one model read the same. Where even that
+    does not fit, the quantization goes and the rest is cut at the end; with cut_words False the
+    shortest whole-word form is returned instead (for a caller that cuts the text around it)."""
+    others = [o for o in others if o != title]
+    core, tail = _split_tail(title)
+    org, name = core.rsplit("/", 1) if "/" in core else ("", core)
+    names_apart = {_plain_name(*_split_tail(o)) for o in others}
+    plain = _plain_name(core, tail)
+    if org and (plain in names_apart or (name, tail) in {_split_name_only(o) for o in others}):
+        name, plain = core, f"{org}/{plain}"  # another org's model of the same name: the org tells them apart
+    for candidate in (title, name + tail, plain + tail):
+        if fits(candidate):
+            return candidate
+    return _drop_shared_words(plain, tail, fits, [_plain_name(*_split_tail(o)) for o in others], cut_words)
+
+
+def _split_tail(title: str) -> tuple[str, str]:
+    match = _TAIL.match(title)
+    return match["core"], match["tail"] or ""
+
+
+def _split_name_only(title: str) -> tuple[str, str]:
+    core, tail = _split_tail(title)
+    return core.rsplit("/", 1)[-1], tail
+
+
+def _plain_name(core: str, tail: str) -> str:
+    """The name without its organisation, "-GGUF" and the quantization the tail repeats."""
+    name = core.rsplit("/", 1)[-1]
+    name = re.sub(r"[-_ ]gguf$", "", name, flags=re.IGNORECASE)
+    quant = tail.strip(" ()")
+    if quant and name.lower().endswith(quant.lower()) and len(name) > len(quant) + 1:
+        name = name[: -len(quant) - 1]
+    return name
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _SEPARATOR.split(name)[::2] if w]
+
+
+def _drop_shared_words(name: str, tail: str, fits: Callable[[str], bool], others: list[str],
+                       cut_words: bool) -> str:
+    """Words the nearest other names share go first (right to left), then the quantization,
+    then characters."""
+    parts = _SEPARATOR.split(name)  # words at even places, separators between
+    words = _words(name)
+    shared_with = [set(_words(o)) for o in others]
+    overlap = max((len(set(words) & s) for s in shared_with), default=0)
+    nearest = [s for s in shared_with if overlap and len(set(words) & s) == overlap]
+    dropped: set[int] = set()
+    for index in range(len(parts) - 1, -1, -2):
+        word = parts[index].lower()
+        # Kept: the size, and what differs from the nearest names (with none near, the family name).
+        apart = not all(word in s for s in nearest) if nearest else index == 0
+        if not word or _SIZE_WORD.match(word) or apart:
+            continue
+        dropped.add(index)
+        text = _joined(parts, dropped) + tail
+        if fits(text):
+            return text
+    kept = _joined(parts, dropped)
+    if not cut_words:
+        return kept + tail
+    # Then the quantization, then characters from the right.
+    for text in (kept + tail, kept, *(kept[:n].rstrip(" -_") + ELLIPSIS for n in range(len(kept) - 1, 0, -1))):
+        if fits(text):
+            return text
+    return ELLIPSIS
+
+
+def _joined(parts: list[str], dropped: set[int]) -> str:
+    """The words with each run of dropped ones, and the separators around it, as one …."""
+    out: list[str] = []
+    for index in range(0, len(parts), 2):
+        if index in dropped:
+            if not out or out[-1] != ELLIPSIS:
+                out.append(ELLIPSIS)
+        else:
+            if index > 0 and (not out or out[-1] != ELLIPSIS):
+                out.append(parts[index - 1])
+            out.append(parts[index])
+    return "".join(out)

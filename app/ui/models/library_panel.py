@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.hub.builtin import PAIR_SIZE_TEXT
 from app.hub.library_entries import BUILTIN, CACHE, FILE, FOLDER, LibraryEntry, count_text, scan_library
+from app.ui.common.elide import ModelNameDelegate
 from app.ui.common.style import small_muted_label
 from app.worker.tasks import BackgroundTask
 
@@ -86,7 +87,9 @@ class LibraryPanel(QWidget):
         self.tree.setRootIsDecorated(False)
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
-        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "SmolLM2 135…ct (Q4_1)": its quantization stays
+        # Names shortened to the column, each told apart from the others: "qwen2.5-coder-1.5b… (Q4_K_M)"
+        # beside "…0.5b…", where a middle cut read "FA…M)" for both; whole in the tooltip.
+        self.tree.setItemDelegateForColumn(0, ModelNameDelegate(self.tree, self._titles))
         header = self.tree.header()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -255,6 +258,9 @@ class LibraryPanel(QWidget):
         else:
             self.details.setText(f"<b>{html.escape(entry.title)}</b> · {html.escape(where)}<br>"
                                  f"<span style='color:#b91c1c'>{html.escape(entry.error or 'unusable')}</span>")
+
+    def _titles(self) -> list[str]:
+        return [e.title for e in self._entries]
 
     def _entry(self, path: str) -> LibraryEntry | None:
         return next((e for e in self._entries if e.path == path), None)
