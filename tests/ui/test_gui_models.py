@@ -122,7 +122,7 @@ def test_loading_shows_progress_and_can_be_cancelled(qtbot, data_dir, tiny_paths
     assert picker.select_main(str(tiny_paths["qwen2-f32"])) and picker.select_draft(NONE)
     stages: list[str] = []
     window.host.loadProgress.connect(picker.set_progress)  # (also wired by the window)
-    picker.progress.valueChanged.connect(lambda _v: stages.append(picker.progress.format()))
+    picker.progress.valueChanged.connect(lambda _v: stages.append(picker.progress.toolTip()))  # the stage, whole
     qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
     assert picker.cancel_button.isEnabled() and not picker.load_button.isEnabled()
     qtbot.mouseClick(picker.cancel_button, Qt.MouseButton.LeftButton)  # before the load even starts

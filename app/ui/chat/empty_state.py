@@ -26,6 +26,8 @@ DEMO_TITLE = next(m.title for m in BUILTIN_MODELS if m.key == DEFAULT_DEMO)
 SIDE_BY_SIDE_WIDTH = 540  # narrower than this, each note goes under its button
 DEMO_BUTTON = "Load the demo model"
 PAIR_BUTTON = f"Load a real main + draft pair ({PAIR_SIZE_TEXT})"
+LOADING_BUTTON = "Loading…"
+DEMO, PAIR = "demo", "pair"  # which of the card's buttons started a load
 
 
 class EmptyState(QFrame):
@@ -133,10 +135,12 @@ class EmptyState(QFrame):
         if not available:
             self.set_status(why_not)
 
-    def set_loading(self, loading: bool, what: str = "the model", pair: bool = False) -> None:
-        """pair: the real pair is what loads (its button says so, not the demo's)."""
-        self.demo_button.setText("Loading…" if loading and not pair else DEMO_BUTTON)
-        self.pair_button.setText("Loading…" if loading and pair else PAIR_BUTTON)
+    def set_loading(self, loading: bool, what: str = "the model", by: str | None = None) -> None:
+        """While a load runs both buttons wait; only the one that started it (`by`: DEMO or PAIR,
+        None for a load from the Model tab) says "Loading…": the demo's button read "Loading…"
+        while the pair loaded from the Model tab."""
+        self.demo_button.setText(LOADING_BUTTON if loading and by == DEMO else DEMO_BUTTON)
+        self.pair_button.setText(LOADING_BUTTON if loading and by == PAIR else PAIR_BUTTON)
         self.demo_button.setEnabled(not loading and self._demo_available)
         self.pair_button.setEnabled(not loading)
         self.set_status(f"Loading {what}… (progress in the Model tab)" if loading else "")
@@ -205,17 +209,19 @@ class EmptyStateController(QObject):
         empty = self.visible()
         self.window.panel.show_empty_state(empty)
         bar = self.window.loaded_facts is None and not empty and self._loading_what is None
-        self.window.panel.set_no_model(bar, self._pair_title() if bar else None)
+        pair = self._pair_title() if bar else None
+        self.window.panel.set_no_model(bar, pair and pair[0], pair and pair[1])
 
-    def _pair_title(self) -> str | None:
-        """The pair the picker shows, in a few words, where it can be loaded."""
+    def _pair_title(self) -> tuple[str, str] | None:
+        """The pair the picker shows, in a few words, and its main model's title, where it can be
+        loaded."""
         picker = self.window.picker
         main = picker.main_entry()
         if main is None or picker.spec() is None:
             return None
         kind, path = picker.draft_choice()
         draft = next((e.title for e in self.window.library.entries() if e.path == path), None) if path else None
-        return f"{main.title} + {draft or DRAFTER_TEXT.get(kind, kind)}"
+        return f"{main.title} + {draft or DRAFTER_TEXT.get(kind, kind)}", main.title
 
     def load_last(self) -> None:
         spec = self.window.picker.spec()
@@ -238,7 +244,7 @@ class EmptyStateController(QObject):
         if not picker.select_main(path):
             if self.window.library.is_scanning():
                 self._demo_pending = True  # loads as soon as the library lists it
-                self.page.set_loading(True, DEMO_TITLE)
+                self.page.set_loading(True, DEMO_TITLE, DEMO)
                 return
             self.page.set_loading(False)
             entry = next((e for e in self.window.library.entries() if e.path == path), None)
@@ -251,12 +257,12 @@ class EmptyStateController(QObject):
         self._demo_pending = False
         self.window.models_tabs.setCurrentIndex(0)  # the Model tab shows the load's progress
         self._loading_what = DEMO_TITLE
-        self.page.set_loading(True, DEMO_TITLE)
+        self.page.set_loading(True, DEMO_TITLE, DEMO)
         self.window.load_pair(spec)
 
     def _on_pair_loading(self, what: str) -> None:
         self._loading_what = what
-        self.page.set_loading(True, what, pair=True)
+        self.page.set_loading(True, what, PAIR)
 
     def open_discover(self) -> None:
         tabs = self.window.models_tabs

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from app.ui.chat.conversation import ConversationView
 from app.ui.chat.empty_state import EmptyState
+from app.ui.common.elide import ElidedButton
 from app.ui.common.style import scrolling
 
 
@@ -44,6 +45,7 @@ class MessageBox(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+NO_MODEL_LABEL_MAX_PX = 240
 CHAT_PLACEHOLDER = "Message… (Enter sends, Shift+Enter for a new line, Esc stops)"
 PLAIN_PLACEHOLDER = "Text for the model to continue… (Enter sends, Shift+Enter for a new line, Esc stops)"
 PLAIN_TEXT = "Plain completion"
@@ -159,7 +161,13 @@ class ChatPanel(QWidget):
         layout = QHBoxLayout(self.no_model_bar)
         layout.setContentsMargins(8, 2, 8, 2)
         self.no_model_label = QLabel("No model loaded: load one to chat.")
-        self.load_last_button = QPushButton("Load the last pair")
+        # The bar wraps: no text of it sets the window's width; the label keeps one line's width
+        # (up to a limit) where the button beside it would take it all.
+        self.no_model_label.setWordWrap(True)
+        one_line = self.no_model_label.fontMetrics().horizontalAdvance(self.no_model_label.text()) + 4
+        self.no_model_label.setMinimumWidth(min(one_line, NO_MODEL_LABEL_MAX_PX))
+        # "Load <a long repository name> + <drafter>": cut to the room it gets, whole in its tooltip.
+        self.load_last_button = ElidedButton("Load the last pair")
         self.load_last_button.clicked.connect(self.loadLastRequested)
         self.choose_model_button = QPushButton("Choose…")
         self.choose_model_button.setToolTip("Pick a main model and a drafter in the Model tab")
@@ -169,13 +177,14 @@ class ChatPanel(QWidget):
         layout.addWidget(self.choose_model_button)
         self.no_model_bar.hide()
 
-    def set_no_model(self, show: bool, last_pair: str | None = None) -> None:
-        """Show the no-model bar, offering to load `last_pair` (a title) where there is one."""
+    def set_no_model(self, show: bool, last_pair: str | None = None, main_title: str | None = None) -> None:
+        """Show the no-model bar, offering to load `last_pair` (a title) where there is one;
+        `main_title`, its main model's name in it, is what is shortened first where room is short."""
         self.no_model_bar.setVisible(show)
         self.load_last_button.setVisible(bool(last_pair))
         if last_pair:
-            self.load_last_button.setText(f"Load {last_pair}")
-            self.load_last_button.setToolTip(f"Load {last_pair}, the pair chosen when the window last closed")
+            self.load_last_button.set_full_text(
+                f"Load {last_pair}", main_title, f"Load {last_pair}, the pair chosen when the window last closed")
 
     def set_model_loaded(self, loaded: bool) -> None:
         """Send and Regenerate work only with a model loaded (Enter still says why not)."""

@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QByteArray, QCoreApplication, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, QObject, QSize, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -42,9 +42,12 @@ from app.ui.models.library_panel import LibraryPanel
 from app.ui.models.pair_picker import PairPicker
 from app.ui.models.serve_panel import ServePanel
 from app.ui.chat.empty_state import EmptyStateController
+from app.ui.common.elide import fit_text
 from app.ui.common.paths import history_path, open_settings
 from app.ui.common.style import scrolling
 from app.ui.shell.pair_offer import PairOffer
+from app.ui.common.popup_fit import fit_popups
+from app.ui.common.screen_fit import place_new, refit_shown, restore_within
 from app.ui.shell.wheel_guard import guard_wheel
 from app.worker.host import HostThread
 from app.worker.requests import AT_URL, DRAFTER_TEXT, NONE, GenSettings, PairChoice
@@ -58,6 +61,10 @@ log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 20.0  # closing waits this long for a load or a reply to stop
 PAIR_LABEL_MAX_PX = 420  # the status bar's "what runs" label; messages get the rest
+MIN_PAIR_LABEL_PX = 120  # narrower than this, the label hides while a message shows
+DEFAULT_SIZE = QSize(1440, 900)  # a new window's size where the screen has room (less where not)
+CHAT_LIST_MIN_PX = 170  # the chat list keeps room for a title and its time ("W..." was unreadable)
+REFIT_DELAY_MS = 500  # the window manager's frame is known a moment after the window shows
 
 
 class MainWindow(QMainWindow):
@@ -74,6 +81,7 @@ class MainWindow(QMainWindow):
         self._restored_pair = False
         self._pending_choice: Fastest | None = None  # a comparison's fastest, waiting for the library
         self._closed = False
+        self._given_size: QSize | None = None  # the size fitted to the screen, until the user resizes
 
         self._build()
         self._connect()
@@ -84,11 +92,13 @@ class MainWindow(QMainWindow):
         self.library.rescan()
         self.panel.input.setFocus()
         guard_wheel(self)  # the wheel scrolls the panels, never a setting it passes over
+        fit_popups(self)  # a combo box's list never runs past the window's edge
 
     # --- construction -------------------------------------------------------------------------
 
     def _build(self) -> None:
         self.chat_list = ChatList(self.store, self)
+        self.chat_list.setMinimumWidth(CHAT_LIST_MIN_PX)
         # Titles are elided to the width: a horizontal scroll bar would only waste a row.
         self.chat_list.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.panel = ChatPanel()
@@ -149,12 +159,12 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.main_splitter)
 
         self.pair_label = QLabel("no model loaded")
-        # What runs, elided to a third of the bar (full in its tooltip): the messages beside it,
-        # "not loaded yet" hints among them, keep the rest and are never cut off by it.
-        self.pair_label.setMaximumWidth(PAIR_LABEL_MAX_PX)
+        self._pair_text, self._pair_name = "no model loaded", None
         self.statusBar().addPermanentWidget(self.pair_label)
+        # A message takes the room it needs, the "what runs" label beside it what is left.
+        self.statusBar().messageChanged.connect(lambda _text: self._fit_status_bar())
+        self.statusBar().installEventFilter(self)
         self._build_menus()
-        self.resize(1440, 900)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -254,11 +264,34 @@ class MainWindow(QMainWindow):
         self.panel.set_model_loaded(False)
         self.host.load(spec)
 
-    def _set_pair_label(self, text: str) -> None:
-        """The status bar's "what runs" line, elided to its width, whole in the tooltip."""
-        metrics = self.pair_label.fontMetrics()
-        self.pair_label.setText(metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, PAIR_LABEL_MAX_PX - 8))
+    def _set_pair_label(self, text: str, name: str | None = None) -> None:
+        """The status bar's "what runs" line, whole in the tooltip; `name`, the main model's in
+        it, is shortened first where the bar is short of room."""
+        self._pair_text, self._pair_name = text, name
         self.pair_label.setToolTip(text)
+        self._fit_status_bar()
+
+    def _fit_status_bar(self) -> None:
+        """The message shown gets the width it needs (one longer than the whole bar is whole in
+        the bar's tooltip); the "what runs" label, at most PAIR_LABEL_MAX_PX, gets the rest, and
+        hides while too little is left to read it."""
+        bar = self.statusBar()
+        metrics = self.pair_label.fontMetrics()
+        message = bar.currentMessage()
+        room = bar.width() - 24  # the size grip and the bar's margins
+        needed = metrics.horizontalAdvance(message) + 16 if message else 0
+        width = min(PAIR_LABEL_MAX_PX, room - needed)
+        text = fit_text(self._pair_text, metrics, width - 8, self._pair_name)
+        shown = width >= MIN_PAIR_LABEL_PX
+        self.pair_label.setVisible(shown)
+        if shown:
+            self.pair_label.setText(text)
+            self.pair_label.setFixedWidth(min(width, metrics.horizontalAdvance(text) + 8))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.statusBar() and event.type() == QEvent.Type.Resize:
+            self._fit_status_bar()
+        return super().eventFilter(watched, event)
 
     def _start_server(self, port: int, api_key: str) -> None:
         self.server.start(self.host.current_session(), self.gen_form.settings(), port, api_key)
@@ -292,7 +325,7 @@ class MainWindow(QMainWindow):
         drafter = DRAFTER_TEXT.get(facts.drafter, facts.draft_name)
         if facts.draft_text_level:
             drafter = f"{drafter} (text-level)"
-        self._set_pair_label(f"{facts.main_name} · {drafter} · {facts.main_plan}")
+        self._set_pair_label(f"{facts.main_name} · {drafter} · {facts.main_plan}", facts.main_name)
         if swap_error:
             self.show_message(f"the drafter did not change: {swap_error}; {facts.main_name} runs with {drafter}")
         elif facts.main_kept:
@@ -311,7 +344,8 @@ class MainWindow(QMainWindow):
         self.panel.input.setFocus()
         self.charts.set_reference_tps(self.controller.reference_tps(facts.main_path))
         at_url = facts.where == AT_URL  # the line names the URL, which is its name
-        self._set_pair_label(facts.engine_line if at_url else f"{facts.main_name} · {facts.engine_line}")
+        self._set_pair_label(facts.engine_line if at_url else f"{facts.main_name} · {facts.engine_line}",
+                             None if at_url else facts.main_name)
         how = "connected to" if at_url else "started"
         self.show_message(f"{how} {facts.engine_line} in {facts.load_s:.1f} s")
         spec = self.picker.loaded_spec()
@@ -471,8 +505,11 @@ class MainWindow(QMainWindow):
 
     def _restore(self) -> None:
         geometry = self.settings.value("window/geometry")
+        # Within the screen it opens on: a geometry saved on a larger screen is clipped to this one.
         if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
+            self._given_size = restore_within(self, geometry)
+        if self._given_size is None and not (self.isMaximized() or self.isFullScreen()):
+            self._given_size = place_new(self, DEFAULT_SIZE)
         for key, splitter in (("window/main_splitter", self.main_splitter), ("window/right_splitter", self.right_splitter)):
             state = self.settings.value(key)
             if isinstance(state, QByteArray):
@@ -507,7 +544,12 @@ class MainWindow(QMainWindow):
             self.settings.setValue("chat/last", self.controller.chat_id)
         self.settings.sync()
 
-    # --- closing ------------------------------------------------------------------------------
+    # --- showing and closing ------------------------------------------------------------------
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if not event.spontaneous():  # shown by the program, not restored from minimized
+            QTimer.singleShot(REFIT_DELAY_MS, self, lambda: refit_shown(self, self._given_size))
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         if not self._closed:
