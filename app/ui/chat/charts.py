@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, Qt, QTimer
+from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPalette, QPixmap
 from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 
@@ -38,6 +38,14 @@ ROLLING_STEPS = 8  # the rolling curves average over the last 8 steps
 # window decoded at 0.86-0.88x of the same loop without it.
 CHARTS_SHARE = 0.04
 MAX_POSITIONS = 64  # draft positions counted (llama.cpp's draft max is 16 by default)
+# Each plot's height: at least its title, axes and about 80 px of data (at 96 px the data had 40 px
+# and "no draft 19.1 tok/s" was cut or sat on the points); wanted a little more where there is room.
+CHART_MIN_PX = 150
+CHART_PX = 180
+# The acceptance axes end above 100% (a line at 100% stays off the top edge) and below 0% (the 0
+# tick's label has room).
+ACCEPT_RANGE = (-10.0, 115.0)
+NO_DRAFTS_YET, NO_DRAFTS = "no drafts yet", "no drafts in this reply"
 
 # Mid-tone colours that read on a dark and on a light background alike.
 SPEED = QColor("#3d8bfd")
@@ -81,6 +89,7 @@ class LiveCharts(QWidget):
         self._position_plot = self._make_plot("%", "draft position")
         for plot in (self._speed_plot, self._accept_plot, self._position_plot):
             layout.addWidget(plot)
+        self._vertical = orientation == Qt.Orientation.Vertical
         self._build_items()
         self._apply_theme()
         self.reset()
@@ -89,7 +98,7 @@ class LiveCharts(QWidget):
 
     def _make_plot(self, left: str, bottom: str) -> pg.PlotWidget:
         plot = TimedPlotWidget(self.budget)
-        plot.setMinimumSize(160, 96)  # three of them fit beside the model tabs on a 768-pixel screen
+        plot.setMinimumSize(160, CHART_MIN_PX)  # the charts' area scrolls where three do not fit
         item = plot.getPlotItem()
         item.setMouseEnabled(False, False)  # a live chart: no accidental pan/zoom
         item.setMenuEnabled(False)
@@ -113,8 +122,10 @@ class LiveCharts(QWidget):
         self._rolling_curve = pg.PlotDataItem()
         speed.addItem(self._tps_scatter)
         speed.addItem(self._rolling_curve)
+        # The label at the right end, under the line in the plot's upper half and over it in the
+        # lower (always inside), on a backing that keeps it readable over the points.
         self._reference_line = pg.InfiniteLine(angle=0, movable=False, label="no draft {value:.1f} tok/s",
-                                               labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
+                                               labelOpts={"position": 0.98, "anchors": [(1, 0), (1, 1)]})
         speed.addItem(self._reference_line, ignoreBounds=True)
         self._reference_line.hide()
 
@@ -123,14 +134,15 @@ class LiveCharts(QWidget):
         self._cumulative_curve = pg.PlotDataItem()
         accept.addItem(self._accept_curve)
         accept.addItem(self._cumulative_curve)
-        accept.setYRange(0, 100, padding=0.08)
         accept.setXLink(self._speed_plot.getPlotItem())  # the two time plots share their x axis
 
         self._bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self._position_plot.getPlotItem().addItem(self._bars)
-        self._position_plot.getPlotItem().setYRange(0, 100, padding=0.08)
+        self._no_drafts = {}
         for plot in (self._accept_plot, self._position_plot):  # three ticks stay legible in a short plot
+            plot.getPlotItem().setYRange(*ACCEPT_RANGE, padding=0)
             plot.getPlotItem().getAxis("left").setTicks([[(v, str(v)) for v in (0, 50, 100)]])
+            self._no_drafts[plot] = _centred_hint(plot)
 
     def _apply_theme(self) -> None:
         """Follow the window's palette, so a dark and a light theme both read well."""
@@ -142,6 +154,11 @@ class LiveCharts(QWidget):
         self._rolling_curve.setPen(pg.mkPen(SPEED, width=2.2))
         self._reference_line.setPen(pg.mkPen(text, width=1.2, style=Qt.PenStyle.DashLine))
         self._reference_line.label.setColor(text)
+        backing = self.palette().color(QPalette.ColorRole.Base)
+        backing.setAlpha(215)
+        self._reference_line.label.fill = pg.mkBrush(backing)
+        for hint in self._no_drafts.values():
+            hint.setColor(muted)
         # Each step that drafted is a dot as well as a point of the line: a reply that drafted in
         # one step has one point, which a line alone never draws (the chart stayed blank). The
         # whole reply's points are rings around them: for the first steps the two rates are the
@@ -176,6 +193,12 @@ class LiveCharts(QWidget):
         }
         for plot, title in titles.items():
             plot.getPlotItem().setTitle(title, color=text.name(), size="10pt")
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """Room for three readable plots, not pyqtgraph's 480 px each (the charts' area scrolls,
+        and took that whole height: one plot filled the view)."""
+        count = 3 if self._vertical else 1
+        return QSize(super().sizeHint().width(), count * CHART_PX + (count - 1) * self.layout().spacing())
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
@@ -256,6 +279,7 @@ class LiveCharts(QWidget):
         A step with drafts clears it too."""
         self._note = note or None
         self._set_titles()
+        self._show_no_drafts()
 
     def acceptance_note(self) -> str | None:
         return self._note
@@ -288,6 +312,21 @@ class LiveCharts(QWidget):
         _set_points(self._accept_curve, self._acceptance, scale=100.0)
         _set_points(self._cumulative_curve, self._cumulative, scale=100.0)
         self._draw_bars()
+        self._show_no_drafts()
+
+    def _show_no_drafts(self) -> None:
+        """Empty acceptance charts say why: no drafts yet, or none in this reply (a note in the
+        titles says it where the engine cannot count them)."""
+        text = "" if self._acceptance or self._note else (NO_DRAFTS if self._tps else NO_DRAFTS_YET)
+        for hint in self._no_drafts.values():
+            if hint.toPlainText() != text:
+                hint.setText(text)
+            hint.setVisible(bool(text))
+
+    def no_drafts_hint(self) -> str:
+        """What the empty acceptance charts say ("" while they have data)."""
+        hint = self._no_drafts[self._accept_plot]
+        return hint.toPlainText() if hint.isVisible() else ""
 
     def _fit_ranges(self) -> None:
         """Set the axes' ranges by hand, on round numbers.
@@ -393,6 +432,15 @@ def _nice_ceiling(value: float) -> float:
         if mantissa * scale >= value * (1 - 1e-9):
             return mantissa * scale
     return 10.0 * scale
+
+
+def _centred_hint(plot: pg.PlotWidget) -> pg.TextItem:
+    """A line of text in the middle of a plot's data area, whatever its axes' ranges."""
+    view = plot.getPlotItem().getViewBox()
+    hint = pg.TextItem("", anchor=(0.5, 0.5))
+    hint.setParentItem(view)  # the view box's own coordinates: pixels, not data
+    view.sigResized.connect(lambda box: hint.setPos(box.width() / 2, box.height() / 2))
+    return hint
 
 
 def _set_points(item: pg.GraphicsObject, points: deque[tuple[float, float]], scale: float = 1.0) -> None:
