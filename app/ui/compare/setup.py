@@ -1,7 +1,9 @@
-"""The left column of the compare window: what to compare, and Run / Cancel with progress.
+"""The left column of the compare window: what to compare, and Run / Cancel with progress (the
+run_panel, which the window lays out under the scrolled choices).
 
-Main model from the library; drafts as checkboxes ("None" always on: it is the baseline; prompt
-lookup; every library model whose vocabulary fits the main model's, decided on headers, the others
+Main model from the library; drafts as checkboxes ("None" always on: it is the baseline; the
+chat's default drafter, ticked at first, and the other n-gram drafters; llama-server's types; every
+library model whose vocabulary fits the main model's, decided on headers, the others
 greyed with the reason); the draft length (adaptive, or a sweep of fixed lengths); the prompt set
 (built-in categories, your own text as one prompt, a prompt file); tokens per reply; precision.
 """
@@ -174,19 +176,23 @@ class CompareSetup(QWidget):
         form.addRow("Tokens per reply", self.n_predict)
         form.addRow("Runs of each", self.repeats)
         form.addRow("Precision", self.precision)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.run_button)
-        buttons.addWidget(self.cancel_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (main_box, draft_box, prompt_box):
             layout.addWidget(widget)
         layout.addLayout(form)
-        layout.addLayout(buttons)
-        layout.addWidget(self.progress)
-        layout.addWidget(self.stage)
-        layout.addWidget(self.status)
         layout.addStretch(1)
+        # Run, Cancel and the progress in a panel of their own, which the window keeps in sight
+        # under the scrolled choices (on a 720-pixel screen they were below the fold).
+        self.run_panel = QWidget()
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        run_layout = QVBoxLayout(self.run_panel)
+        run_layout.setContentsMargins(0, 4, 0, 0)
+        run_layout.addLayout(buttons)
+        for widget in (self.progress, self.stage, self.status):
+            run_layout.addWidget(widget)
         self.set_prompt_file(None)
         self.set_stage("")
 

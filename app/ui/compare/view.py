@@ -17,7 +17,8 @@ import logging
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QMainWindow, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
 )
@@ -36,10 +37,13 @@ from app.ui.compare.setup import CompareSetup
 from app.ui.compare.table import CompareTable
 from app.hub.library_entries import LibraryEntry, file_title
 from app.ui.common.paths import data_dir
+from app.ui.common.screen_fit import place_new, refit_shown
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 20.0
+DEFAULT_SIZE = QSize(1400, 900)  # charts, a table and the setup column side by side
+REFIT_DELAY_MS = 500  # the window manager's frame is known a moment after the window shows
 PICK_TEXT = "Pick a main model and drafts, then press Run."
 JSON_FILTER = "Specula comparisons (*.json)"
 
@@ -62,7 +66,7 @@ class CompareWindow(QMainWindow):
         self._cancel_requested = False
         self._build()
         self.set_entries(entries or [])
-        self.resize(1400, 900)
+        self._given_size = place_new(self, DEFAULT_SIZE)  # or the screen's room, where less
         if parent is not None:
             parent.installEventFilter(self)  # the main window closing stops a run first
         app = QCoreApplication.instance()
@@ -76,7 +80,12 @@ class CompareWindow(QMainWindow):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.setup)
-        scroll.setMinimumWidth(330)
+        left = QWidget()
+        left.setMinimumWidth(330)
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(scroll, 1)
+        left_layout.addWidget(self.setup.run_panel)  # Run and the progress stay in sight
 
         self.fastest_row = FastestRow()
         self.fastest_row.useRequested.connect(self.useInChat)
@@ -113,7 +122,7 @@ class CompareWindow(QMainWindow):
         results_layout.addWidget(results_split, 1)
 
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(scroll)
+        splitter.addWidget(left)
         splitter.addWidget(results)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([340, 1060])
@@ -288,6 +297,11 @@ class CompareWindow(QMainWindow):
         if watched is self.parent() and event.type() == QEvent.Type.Close:
             self.shutdown()
         return False
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if not event.spontaneous():  # shown by the program: fit its real frame to the screen
+            QTimer.singleShot(REFIT_DELAY_MS, self, lambda: refit_shown(self, self._given_size))
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.shutdown()
