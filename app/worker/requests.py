@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.engine.backends import AUTO
-from app.engine.drafting.kinds import kind_title
+from app.engine.drafting.kinds import LEARNING, kind_title
 from app.engine.settings import UNTIL_CONTEXT, GenSettings  # noqa: F401 - the window's settings are the engine's one shape
 
 NONE, LOOKUP, MODEL = "none", "lookup", "model"  # the drafter kinds a user can pick
@@ -19,7 +19,6 @@ NGRAM_CACHE, LOOKUP_CACHE = "ngram-cache", "lookup+ngram-cache"  # learn from th
 # of the session): the best of the model-free drafters across `specula bench` on both demo
 # models, first request and repeat (geometric mean over llama-server's best 1.06x SmolLM2, 1.14x
 # Gemma; prompt lookup alone 0.89x, 1.00x), so the default a new user gets (issue 48 item 5).
-LEARNING = "lookup+ngram-cache+ngram-mod"
 DEFAULT_DRAFTER = LEARNING
 KINDS = (NONE, LOOKUP, NGRAM_CACHE, LOOKUP_CACHE, LEARNING, MODEL)
 # Where the model runs (the Model tab's "Where it runs"): Specula's own loop in this process,
