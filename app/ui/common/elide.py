@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from PySide6.QtCore import QModelIndex, QSize, Qt
-from PySide6.QtGui import QFontMetrics, QPainter, QResizeEvent
+from PySide6.QtCore import QModelIndex, QSize, Qt, QTimer
+from PySide6.QtGui import QFontMetrics, QPainter, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QPushButton,
@@ -65,7 +65,7 @@ class ElidedButton(QPushButton):
         """`name`: the model's title inside `text`, shortened first; `tip`: the tooltip (the whole
         text when it is empty and the text does not fit)."""
         self._full, self._name, self._tip = text, name, tip
-        self._show_fitted()
+        self._fit_when_laid_out()
         self.updateGeometry()
 
     def full_text(self) -> str:
@@ -83,6 +83,18 @@ class ElidedButton(QPushButton):
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         self._show_fitted()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        self._fit_when_laid_out()
+
+    def _fit_when_laid_out(self) -> None:
+        """A new text or a button just shown has the width of before, which its layout is about
+        to change: the whole text until then (a resize, or the next turn of the event loop)."""
+        if self.text() != self._full:
+            super().setText(self._full)
+        self.setToolTip(self._tip)
+        QTimer.singleShot(0, self, self._show_fitted)
 
     def _chrome(self) -> int:
         """The button's width around its text (frame and padding), asked of the style for a wide
