@@ -15,6 +15,7 @@ from PySide6.QtCore import QModelIndex, QSize, Qt, QTimer
 from PySide6.QtGui import QFontMetrics, QPainter, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QLabel,
     QPushButton,
     QSizePolicy,
     QStyle,
@@ -138,3 +139,39 @@ class ModelNameDelegate(QStyledItemDelegate):
     def shown(self, name: str, metrics: QFontMetrics, width: int) -> str:
         """`name` as drawn in `width` pixels."""
         return fit_text(name, metrics, width, name, self._names())
+
+
+class ElidedLabel(QLabel):
+    """A one-line label cut to its width at the end with "…" (a long verdict or facts line never
+    sets the window's minimum width nor wraps into a wall of text); the whole text in its tooltip."""
+
+    MIN_WIDTH_PX = 40
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(self.MIN_WIDTH_PX)
+        self.set_full_text(text)
+
+    def set_full_text(self, text: str, tooltip: str | None = None) -> None:
+        """Show `text` on one line, cut at its end with "…" where it does not fit; the tooltip is
+        `tooltip`, or the whole text."""
+        self._full = text
+        self.setToolTip(text if tooltip is None else tooltip)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def is_elided(self) -> bool:
+        return self.text() != self._full
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        width = max(self.contentsRect().width(), self.MIN_WIDTH_PX)
+        self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width))

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 from app.compare.fastest import Fastest
 from app.compare.results import LLAMA_SERVER, MODEL, NONE, SERVER_URL
 from app.ui.common.style import mute
-from app.ui.compare.elided import ElidedLabel
+from app.ui.common.elide import ElidedLabel
 from app.worker.requests import DRAFTER_TEXT
 
 USE_TEXT = "Use in chat"
