@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
+from app.ui.common.elide import ModelNameDelegate, fit_text
 from app.ui.compare.view import CompareWindow
 from app.hub.library_entries import FILE, entry_for_file
 from app.worker.requests import MODEL
@@ -24,8 +25,16 @@ def test_long_names_can_be_read_whole(qtbot, data_dir, tiny_paths):
     assert title.endswith("same weights, 1x cost") and picker.draft_combo.toolTip().startswith(title + "\n")
     assert picker.main_combo.toolTip().startswith(picker.main_combo.currentText())
 
-    assert window.library.tree.textElideMode() == Qt.TextElideMode.ElideMiddle
-    assert window.discover.repos.textElideMode() == Qt.TextElideMode.ElideMiddle
+    # Model and repository names are shortened by what tells them apart (issue 60 item 8), the
+    # whole name in the tooltip; other columns elide in the middle.
+    for tree in (window.library.tree, window.discover.repos):
+        delegate = tree.itemDelegateForColumn(0)
+        assert isinstance(delegate, ModelNameDelegate)
+        metrics = tree.fontMetrics()
+        names = ["FAKEORG/qwen2.5-coder-1.5b-instruct-q4_k_m-GGUF", "FAKEORG/qwen2.5-coder-0.5b-instruct-q4_k_m-GGUF"]
+        shown = [fit_text(n, metrics, 160, n, names) for n in names]
+        assert shown[0] != shown[1] and "1.5b" in shown[0] and "0.5b" in shown[1], shown
+    assert window.discover.files.textElideMode() == Qt.TextElideMode.ElideMiddle
     query = window.discover.query
     window.models_tabs.setCurrentWidget(window.discover)
     qtbot.waitUntil(lambda: query.isVisible())

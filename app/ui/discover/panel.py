@@ -36,6 +36,7 @@ from app.ui.discover.file_pane import FilePane, ListsAndFile
 from app.ui.discover.judge import MainCandidate, candidate_for
 from app.ui.discover.tasks import DraftSearch, drafts_for, price_for
 from app.ui.discover.widgets import DONE, STOPPED
+from app.ui.common.elide import ModelNameDelegate
 from app.ui.common.format import format_bytes
 from app.ui.common.style import small_muted_label
 from app.worker.hub_tasks import (CANCELLED, DOWNLOAD, GATED, INTERRUPTED, NOT_GGUF, FileFacts, HubCalls, HubFailure,
@@ -111,6 +112,9 @@ class DiscoverPanel(QWidget):
 
         self.repos = _tree(["Repository", "Downloads", "Likes", "Updated"])
         self.repos.setRootIsDecorated(False)
+        # Repository ids shortened so that two never read the same (issue 60 item 8: cut in the
+        # middle, two sizes of one model both read "FAKEORG/qwen2.5-...ruct-q4_k_m-GGUF").
+        self.repos.setItemDelegateForColumn(0, ModelNameDelegate(self.repos, self._repo_names))
         self.repos.currentItemChanged.connect(self._on_repo_changed)
         self.files = _tree(["File", "Size", "Here"])
         self.files.currentItemChanged.connect(self._on_file_changed)
@@ -252,6 +256,9 @@ class DiscoverPanel(QWidget):
         self._fill_repos([s.repo for s in found.hub if s.repo is not None],
                          {s.repo_id: f"can draft for {title}: {text.suggestion_line(s)}" for s in found.hub if s.repo_id})
         self._set_status(text.drafts_status(title, found.query, found.hub, found.local))
+
+    def _repo_names(self) -> list[str]:
+        return [self.repos.topLevelItem(i).text(0) for i in range(self.repos.topLevelItemCount())]
 
     def _on_repo_changed(self, item: QTreeWidgetItem | None, _previous=None) -> None:
         self._clear_files()
