@@ -93,6 +93,9 @@ def test_with_no_draft_llama_server_can_use_load_is_off_and_says_why(qtbot, data
     assert not any(on for _, on, _, _ in shown_drafts(picker))
     assert picker.draft_choice()[0] != MODEL and picker.draft_combo.currentIndex() == -1
     assert not picker.load_button.isEnabled()
+    window.controller.busyChanged.emit(True)  # a reply starts and ends: Load stays off
+    window.controller.busyChanged.emit(False)
+    assert not picker.load_button.isEnabled()
     said = picker.draft_facts.text()
     assert "No model in the library drafts token by token for" in said and "ngram-*" in said
     assert picker.problem().startswith("No model in the library drafts token by token")

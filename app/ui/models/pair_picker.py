@@ -83,6 +83,7 @@ class PairPicker(QWidget):
         self._loaded_spec: PairChoice | None = None
         self._loaded_facts = None  # app.engine.session.Facts of what runs
         self._loading = False
+        self._replying = False
         self._draft_pref: tuple[str, str | None] = (DEFAULT_DRAFTER, None)  # the user's last draft choice
         self._replaced: str | None = None  # why the draft model above gave way to prompt lookup
         self._server_drafts = False  # the draft list was made for llama-server's draft-* types
@@ -447,12 +448,17 @@ class PairPicker(QWidget):
         self._refresh_load_enabled()
         self.selectionChanged.emit()
 
+    def set_replying(self, replying: bool) -> None:
+        """A reply is running: Load waits for it."""
+        self._replying = replying
+        self._refresh_load_enabled()
+
     def _refresh_load_enabled(self) -> None:
-        """Load is off while loading, without a main model, and where llama-server's draft-* type
-        has no draft it can use (said under Draft before anything starts)."""
+        """Load is off while loading or replying, without a main model, and where llama-server's
+        draft-* type has no draft it can use (said under Draft before anything starts)."""
         runs_on = self.engine.runs_on()
         ready = runs_on == AT_URL or (self.main_entry() is not None and self.no_server_draft() is None)
-        self.load_button.setEnabled(not self._loading and ready)
+        self.load_button.setEnabled(not self._loading and not self._replying and ready)
 
     def _show_draft_rows(self) -> None:
         """For llama.cpp's draft-* types only the draft models are offered."""

@@ -420,7 +420,7 @@ class MainWindow(QMainWindow):
         self.chat_list.refresh(select_id=chat_id)
 
     def _on_busy(self, busy: bool) -> None:
-        self.picker.load_button.setEnabled(not busy)
+        self.picker.set_replying(busy)
         if not busy:
             self.panel.input.setFocus()
         if not busy and self.controller.chat_id is not None:
