@@ -18,14 +18,18 @@ from app.engine.llama_server.programs import SERVER, find_program
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def bench_via(ways: str, model: Path, rounds: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`specula bench --via WAYS` of 8 tokens in a child process, as a user runs it: it must exit 0."""
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "--via", ways, "-m", str(model), "-n", "8",
+                           "-r", str(rounds)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done, done.stdout.splitlines()
+
+
 @pytest.mark.skipif(find_program(SERVER) is None, reason="needs llama-server (built from the binding's sdist)")
 def test_bench_via_prints_one_paired_row_per_drafter_for_every_way(tiny_paths):
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "app", "bench", "--via", "cli,window,serve,serve-stream,llama-server",
-                           "-m", str(tiny_paths["llama-q8"]), "-n", "8", "-r", "2"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    done, lines = bench_via("cli,window,serve,serve-stream,llama-server", tiny_paths["llama-q8"], rounds=2)
     assert lines[0].startswith("# llama-q8.gguf on ") and "2 paired rounds" in lines[0]
     assert lines[1] == "| drafter | cli | window | serve | serve-stream | llama-server |"
     rows = [line for line in lines if line.startswith("| none |") or line.startswith("| lookup+ngram-cache+ngram-mod |")]
@@ -49,12 +53,7 @@ def test_bench_via_names_an_unknown_way(tiny_paths, capsys):
 @pytest.mark.skipif(find_program(SERVER) is None, reason="needs llama-server (built from the binding's sdist)")
 def test_bench_via_llama_server_each_puts_our_drafter_against_llama_cpps_best_type(tiny_paths):
     """Issue 61 item 2: our best drafter against llama-server's best type, both driven as servers."""
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "app", "bench", "--via", "serve,llama-server,llama-server-each",
-                           "-m", str(tiny_paths["llama-q8"]), "-n", "8", "-r", "1"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    done, lines = bench_via("serve,llama-server,llama-server-each", tiny_paths["llama-q8"], rounds=1)
     types = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
     assert lines[1] == "| drafter | serve | llama-server | " + " | ".join(f"llama-server:{t}" for t in types) + " |"
     none = next(line for line in lines if line.startswith("| none |"))
