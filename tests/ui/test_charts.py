@@ -60,14 +60,19 @@ def generation(tiny_loaded):
     return start, events[:-1], events[-1].summary
 
 
-@pytest.fixture
-def charts(qtbot):
+def shown_charts(qtbot, height: int | None = 640) -> LiveCharts:
+    """Live charts shown 420 px wide and `height` tall (None: their least height)."""
     widget = LiveCharts(redraw_hz=50)
     qtbot.addWidget(widget)
-    widget.resize(420, 640)
+    widget.resize(420, widget.minimumSizeHint().height() if height is None else height)
     widget.show()
     qtbot.waitExposed(widget)
     return widget
+
+
+@pytest.fixture
+def charts(qtbot):
+    return shown_charts(qtbot)
 
 
 def test_real_generation_fills_the_charts_like_the_summary(charts, generation, qtbot):

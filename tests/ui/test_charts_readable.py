@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QApplication
 from app.engine.events import Origin, StepEvent
 from app.ui.chat.charts import CHART_MIN_PX, NO_DRAFTS, NO_DRAFTS_YET, LiveCharts
 from tests.gui_support import open_window, shot
+from tests.ui.test_charts import shown_charts
 
 DATA_MIN_PX = 80  # what a plot keeps for its points, under its title and above its time axis
 
@@ -48,11 +49,7 @@ def test_the_charts_keep_a_readable_height_in_a_1280x720_window(qtbot, data_dir)
 
 
 def test_labels_stay_inside_and_acceptance_has_headroom_at_the_least_height(qtbot):
-    charts = LiveCharts(redraw_hz=50)
-    qtbot.addWidget(charts)
-    charts.resize(420, charts.minimumSizeHint().height())
-    charts.show()
-    qtbot.waitExposed(charts)
+    charts = shown_charts(qtbot, height=None)  # the least height
     charts.set_reference_tps(500.0)  # faster than every step: the line sets the axis' top
     feed(charts, drafted=4)
     speed, accept, position = plots(charts)
@@ -72,11 +69,7 @@ def test_labels_stay_inside_and_acceptance_has_headroom_at_the_least_height(qtbo
 
 
 def test_an_acceptance_chart_without_data_says_no_drafts(qtbot):
-    charts = LiveCharts(redraw_hz=50)
-    qtbot.addWidget(charts)
-    charts.resize(420, 560)
-    charts.show()
-    qtbot.waitExposed(charts)
+    charts = shown_charts(qtbot, height=560)
     assert charts.no_drafts_hint() == NO_DRAFTS_YET  # before any reply
     feed(charts, drafted=0)  # a reply with drafting off, or that drafted nothing
     assert charts.no_drafts_hint() == NO_DRAFTS
