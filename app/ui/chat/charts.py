@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, QSize, Qt, QTimer
+from PySide6.QtCore import QBuffer, QByteArray, QCoreApplication, QEvent, QIODevice, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPalette, QPixmap
 from PySide6.QtWidgets import QBoxLayout, QGraphicsItem, QWidget
 
@@ -34,9 +34,11 @@ __all__ = ["LiveCharts", "stats_line"]  # stats_line: the line under a reply, re
 
 ROLLING_STEPS = 8  # the rolling curves average over the last 8 steps
 # Of one core, what the charts may take while a reply streams (their redraw rate falls to keep
-# it): at 15 Hz, software-drawn on a 2-core CPU, they took 17% of a reply's wall time and the
-# window decoded at 0.86-0.88x of the same loop without it.
-CHARTS_SHARE = 0.04
+# it). On two cores every millisecond the GUI thread draws costs llama.cpp's spinning threads
+# more than a millisecond: software-drawn (Xvfb), a frame of the three plots takes 15-30 ms, and
+# at 4% of a core SmolLM2's window decoded at 0.92x of the same loop without it; at 1.5% (about
+# one frame a second there, the full rate where drawing is fast) at 0.97-1.02x.
+CHARTS_SHARE = 0.015
 MAX_POSITIONS = 64  # draft positions counted (llama.cpp's draft max is 16 by default)
 # Each plot's height: at least its title, axes and about 80 px of data (at 96 px the data had 40 px
 # and "no draft 19.1 tok/s" was cut or sat on the points); wanted a little more where there is room.
@@ -220,7 +222,7 @@ class LiveCharts(QWidget):
         self._total_drafted = self._total_accepted = 0
         self._ranges: dict = {}  # the axis ranges last set, to set them only when they change
         self._timer.stop()
-        self.redraw()
+        self._draw()  # not timed: a frame of empty plots would lower the budget's estimate of a live one
 
     def add_step(self, event: StepEvent) -> None:
         """Record one verify step. Cheap: no drawing here (the timer redraws)."""
@@ -372,6 +374,13 @@ class LiveCharts(QWidget):
             item.setXRange(0.4, n + 0.6, padding=0)
             step = 1 if n <= 16 else 2 if n <= 32 else 4
             item.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, n + 1, step)]])
+
+    def paint_now(self) -> None:
+        """Paint what was drawn into the plots so far, now rather than on the event loop's next
+        turn (a plot's scene passes its changes on through queued calls, then paints)."""
+        for plot in (self._speed_plot, self._accept_plot, self._position_plot):  # the speed plot's x range reaches the acceptance plot's
+            QCoreApplication.sendPostedEvents(plot.scene(), QEvent.Type.MetaCall)
+        QCoreApplication.sendPostedEvents(self.window(), QEvent.Type.UpdateRequest)
 
     def save_png(self, path: str | Path) -> None:
         """The three plots as one PNG, as they look now (written whole or not at all)."""

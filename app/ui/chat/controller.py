@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QSettings, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSettings, QTimer, Signal
 
 from app.engine.llama_server.notes import server_draft_note
 from app.ui.chat.history import DEFAULT_TITLE, HistoryError, HistoryStore, title_from
@@ -76,6 +76,7 @@ class ChatController(QObject):
         self.editing_id: int | None = None
 
         self._show_budget = FrameBudget(SHOW_HZ, SHOW_SHARE)
+        panel.view.paint_budget = self._show_budget
         self._saved_at = 0.0
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -246,7 +247,17 @@ class ChatController(QObject):
         self._saved_at = time.monotonic()  # the empty row was just written
         self._timer.start(self._show_budget.interval_ms())
         self.busyChanged.emit(True)
+        self._paint_now()
         self.host.generate(request)
+
+    def _paint_now(self) -> None:
+        """Paint what the start of a reply changed (the message sent, the cleared charts, the
+        buttons) before the model starts: painted later, it falls on the first decoding steps of
+        a small model, where llama.cpp's threads wait for the core it takes (on two cores those
+        paints cost SmolLM2's window 2-3% of its decoding rate). Only pending paints run here,
+        not the event loop: no click can arrive in the middle of starting a reply."""
+        self.charts.paint_now()
+        QCoreApplication.sendPostedEvents(self.panel.window(), QEvent.Type.UpdateRequest)
 
     # --- streaming ----------------------------------------------------------------------------
 

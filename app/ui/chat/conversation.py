@@ -12,11 +12,14 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
+import time
+
 from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFrame, QTextFrameFormat
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.ui.chat.render import Theme, insert_reply, theme_for
+from app.ui.common.budget import FrameBudget
 from app.ui.common.format import stats_line
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -56,6 +59,15 @@ class ConversationView(QTextBrowser):
         self._stream_frame: QTextFrame | None = None
         self._stream_body_start = 0
         self._stream_note_start = 0  # where the "generating…" line under the streamed text starts
+        # Told how long each paint took: the streamed text's cost is its re-render and the paint
+        # that follows it, as much as both (the controller's rate of showing the reply keeps to it).
+        self.paint_budget: FrameBudget | None = None
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        started = time.perf_counter()
+        super().paintEvent(event)
+        if self.paint_budget is not None:
+            self.paint_budget.spent(time.perf_counter() - started)
 
     # --- whole-chat rendering ---------------------------------------------------------------
 
