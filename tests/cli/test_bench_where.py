@@ -63,3 +63,22 @@ def test_bench_via_llama_server_each_puts_our_drafter_against_llama_cpps_best_ty
     best = [line for line in lines if "serve / llama-server's best type here (" in line]
     assert len(best) == 1 and best[0].startswith("#   lookup+ngram-cache+ngram-mod:"), done.stdout
     assert re.search(r"paired median \d+\.\d{3}x$", best[0]), best[0]
+
+
+@pytest.mark.skipif(find_program(SERVER) is None, reason="needs llama-server (built from the binding's sdist)")
+def test_llama_server_answers_a_model_without_a_template_in_our_frame(tiny_paths):
+    """A model without a chat template: llama-server gets our fallback frame, so both engines
+    answer the same prompt (Gemma 3 270M, framed in ChatML by llama-server, repeated ChatML
+    markers, a reply every drafter predicts, and the drafters were timed on different texts)."""
+    from app.cli.bench.where import fallback_frame_file, open_cli, open_llama_server
+
+    model = tiny_paths["llama-notemplate"]
+    assert fallback_frame_file(tiny_paths["llama-q8"]) is None  # a model with its own template keeps it
+    cli, server = open_cli(model, "none"), open_llama_server(model, "none")
+    try:
+        question = "Name three colours."
+        ours, theirs = cli.reply(question, 16)[1], server.reply(question, 16)[1]
+        assert ours and theirs == ours
+    finally:
+        cli.close()
+        server.close()

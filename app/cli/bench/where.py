@@ -5,7 +5,8 @@ Every way is started and loaded before anything is timed, and stays loaded: Spec
 this process (`cli`), the real window offscreen in a child process (`window`: app.ui.shell.drive,
 the worker thread beside Qt's GUI thread, the chat streaming and the charts redrawing), `specula
 serve` in a child process over HTTP (`serve`, and `serve-stream` for the same server streamed), and
-llama-server over HTTP with the same model and llama.cpp's names for the same drafters. Each round
+llama-server over HTTP with the same model, the same chat frame (ours, for a model without a
+chat template) and llama.cpp's names for the same drafters. Each round
 sends the same chat to every way in turn, the order reversed every other round (A B C C B A ...),
 so that drift and background load fall on all alike; each way's figure is its own decode rate
 (llama.cpp's rule: the steps after the first token), its ratio to `cli` taken within the round,
@@ -18,6 +19,7 @@ import logging
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any, Callable
 
 from app.cli.bench.common import PROMPTS
 from app.engine.errors import SpeculaError
+from app.engine.loop.chat import FALLBACK_STOPS, FALLBACK_TEMPLATE
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +146,12 @@ class HttpServer:
     """`specula serve` or llama-server in a child process, asked over OpenAI's chat API; the
     figure is the server's own timings.predicted_per_second (the same rule for both)."""
 
-    def __init__(self, command: list[str], port: int) -> None:
+    def __init__(self, command: list[str], port: int, stops: tuple[str, ...] = (),
+                 remove_at_close: Path | None = None) -> None:
         from app.engine.llama_server.programs import start_program
         from app.engine.remote.http import RemoteHttp
 
+        self.stops, self._remove_at_close = stops, remove_at_close  # a chat frame given to llama-server
         self.process = start_program(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         self.http = RemoteHttp(f"http://127.0.0.1:{port}", None, 600.0)
@@ -162,7 +167,8 @@ class HttpServer:
             time.sleep(0.2)
 
     def reply(self, text: str, n: int, stream: bool = False) -> tuple[float, str]:
-        body = {"messages": [{"role": "user", "content": text}], "max_tokens": n, "temperature": 0.0}
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": n, "temperature": 0.0,
+                **({"stop": list(self.stops)} if self.stops else {})}
         if not stream:
             whole = self.http.post_json("/v1/chat/completions", body)
             return whole["timings"]["predicted_per_second"], whole["choices"][0]["message"]["content"]
@@ -181,6 +187,8 @@ class HttpServer:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        if self._remove_at_close is not None:
+            self._remove_at_close.unlink(missing_ok=True)
 
 
 def open_serve(model: Path, kind: str, stream_too: bool) -> list[Way]:
@@ -205,10 +213,29 @@ def open_llama_server(model: Path, kind: str, types: list[str] | None = None, na
         raise SpeculaError(missing_reason(SERVER))
     port = free_port()
     types = [t for t in spec_types(kind) if t != "none"] if types is None else types
+    frame = fallback_frame_file(model)
     server = HttpServer([str(program), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
                          "--parallel", "1", "--no-webui", "--swa-full", "--temp", "0",
-                         *(["--spec-type", ",".join(types)] if types else [])], port)
+                         *(["--spec-type", ",".join(types)] if types else []),
+                         *(["--chat-template-file", str(frame)] if frame else [])],
+                        port, FALLBACK_STOPS if frame else (), frame)
     return Way(name, server.reply, server.close)
+
+
+def fallback_frame_file(model: Path) -> Path | None:
+    """For a model without a chat template, our fallback frame as a file for llama-server's
+    --chat-template-file (None where the model has its own template). Without it llama-server
+    frames the chat in ChatML, which such a model has never seen: Gemma 3 270M then answered
+    "<|im_start|>user\n<|im_end|>user..." over and over, a reply any n-gram drafter predicts
+    whole, and the two servers' drafters were timed on different replies."""
+    from app.engine.gguf.info import read_gguf_info
+
+    if read_gguf_info(model).has_chat_template:
+        return None
+    handle, name = tempfile.mkstemp(prefix="specula-bench-frame-", suffix=".jinja")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(FALLBACK_TEMPLATE)
+    return Path(name)
 
 
 def open_each_type(model: Path, kind: str) -> list[Way]:
