@@ -117,6 +117,19 @@ def test_add_step_only_marks_dirty_and_the_timer_redraws(charts, qtbot):
     assert charts.redraw_count == drawn + 1  # not dirty: the timer does not redraw again
 
 
+def test_a_redraw_at_the_end_of_a_reply_takes_the_pending_ones_place(charts, qtbot):
+    """The end of a reply redraws at once; the redraw the timer had pending must not come later,
+    to an idle window, to draw the same points again."""
+    charts.reset(100.0)
+    charts.add_step(step(100.5, 1))
+    charts.add_step(step(100.6, 4))
+    interval_ms = charts.budget.interval_ms()
+    drawn = charts.redraw_count
+    charts.redraw()  # the reply ended
+    qtbot.wait(interval_ms + 200)
+    assert charts.redraw_count == drawn + 1
+
+
 def flat(points):
     return [value for point in points for value in point]
 

@@ -302,7 +302,10 @@ class LiveCharts(QWidget):
     # -- drawing -------------------------------------------------------------------------
 
     def redraw(self) -> None:
-        """Draw the buffers (the timer calls this; public for tests and save_png)."""
+        """Draw the buffers (the timer calls this; public for tests and save_png). A redraw
+        called at the end of a reply takes the place of the one the timer still had pending:
+        that one came a second later, when the window was idle, to draw it all again."""
+        self._timer.stop()
         self.budget.timed(self._draw)
 
     def _draw(self) -> None:

@@ -113,6 +113,7 @@ class WhyPanel(QWidget):
         return self._accepted / self._drafted if self._drafted else None
 
     def redraw(self) -> None:
+        self._timer.stop()  # drawn now: not again, with nothing new, when the pending one comes
         self.budget.timed(self._draw)
 
     def _draw(self) -> None:

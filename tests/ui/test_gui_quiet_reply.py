@@ -1,15 +1,17 @@
-"""The window paints the start of a reply before the model starts (issue 61): on two cores a
-paint that falls on the first decoding steps of a small model costs llama.cpp's spinning threads
-more than its own time, so the message sent, the cleared charts and the buttons are painted first.
+"""The window keeps quiet while a reply decodes (issue 61): on two cores a paint that falls on
+a decoding step costs llama.cpp's spinning threads more than its own time. The start of a reply
+(the message sent, the cleared charts, the buttons) is painted before the model gets it, and the
+text cursor does not blink meanwhile.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject
+from PySide6.QtWidgets import QApplication
 
 from app.ui.common.budget import TimedPlotWidget
 from app.worker.requests import NONE
-from tests.gui_support import WAIT_MS, add_models, load_pair, open_window, send, start_reply
+from tests.gui_support import LONG, WAIT_MS, add_models, load_pair, open_window, send, start_reply
 
 
 class PaintLog(QObject):
@@ -56,3 +58,18 @@ def test_the_start_of_a_reply_is_painted_before_the_model_gets_it(qtbot, data_di
     assert len(painted_when_asked) == 1
     assert set(painted_when_asked[0]) == set(watched), (
         f"painted before the model got the reply: {painted_when_asked[0]}; all of {sorted(watched)} should have")
+
+
+def test_the_text_cursor_stays_still_while_a_reply_streams(qtbot, data_dir, tiny_paths):
+    """Each blink repaints the message box twice a second, during the reply too; it shows,
+    steady, until the reply ends, then blinks at the desktop's rate again."""
+    window = open_window(qtbot)
+    add_models(qtbot, window, [tiny_paths["llama-f32"]])
+    load_pair(qtbot, window, tiny_paths["llama-f32"], NONE)
+    desktop_rate = QApplication.cursorFlashTime()
+    assert desktop_rate > 0
+    during: list[int] = []
+    window.host.steps.connect(lambda _events: during.append(QApplication.cursorFlashTime()))
+    send(qtbot, window, "Tell me about foxes.", LONG)
+    assert during and set(during) == {0}
+    assert QApplication.cursorFlashTime() == desktop_rate
