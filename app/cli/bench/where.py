@@ -5,12 +5,12 @@ Every way is started and loaded before anything is timed, and stays loaded: Spec
 this process (`cli`), the real window offscreen in a child process (`window`: app.ui.shell.drive,
 the worker thread beside Qt's GUI thread, the chat streaming and the charts redrawing), `specula
 serve` in a child process over HTTP (`serve`, and `serve-stream` for the same server streamed), and
-llama-server over HTTP with the same model, the same chat frame (ours, for a model without a
-chat template) and llama.cpp's names for the same drafters. Each round
-sends the same chat to every way in turn, the order reversed every other round (A B C C B A ...),
-so that drift and background load fall on all alike; each way's figure is its own decode rate
-(llama.cpp's rule: the steps after the first token), its ratio to `cli` taken within the round,
-and the table shows each ratio's median over the rounds."""
+llama-server over HTTP with the same model, the same chat frame (ours, for a model without a chat
+template) and llama.cpp's names for the same drafters. Each round sends the same chat to every way
+in turn, each after a short warm-up reply of its own, the order reversed every other round
+(A B C C B A ...), so that drift and background load fall on all alike; each way's figure is its
+own decode rate (llama.cpp's rule: the steps after the first token), its ratio to `cli` taken
+within the round, and the table shows each ratio's median over the rounds."""
 
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ START_TIMEOUT_S = 300.0
 # A pause before each timed reply: the way before it may still be finishing up (the window
 # renders and saves the reply it just ended, a server logs), work that would fall on the next.
 SETTLE_S = 0.5
+# Before each timed reply, a short one of the same way: each is then timed warm, as a user's
+# engine is in a chat, not just after another process ran. Without it a way ran slower right
+# after llama-server than after our own window: SmolLM2's serve/llama-server was 0.80-0.97x in
+# the rounds where serve followed llama-server and 1.00-1.06x in the others (this Xeon's 480 MiB
+# L3 holds the 93 MiB of weights: likely whose were in it).
+WARM_TOKENS = 8
 
 
 def spec_types(kind: str) -> list[str]:
@@ -283,6 +289,7 @@ def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cel
         replies = {}
         for way in order:
             time.sleep(SETTLE_S)
+            way.reply(text, WARM_TOKENS)
             replies[way.name] = way.reply(text, n)
         cli_rate, cli_text = replies.get("cli", (0.0, None))
         for name, (rate, reply_text) in replies.items():
