@@ -381,7 +381,8 @@ class LiveCharts(QWidget):
     def paint_now(self) -> None:
         """Paint what was drawn into the plots so far, now rather than on the event loop's next
         turn (a plot's scene passes its changes on through queued calls, then paints)."""
-        for plot in (self._speed_plot, self._accept_plot, self._position_plot):  # the speed plot's x range reaches the acceptance plot's
+        # In this order: the speed plot's new x range reaches the acceptance plot's scene too.
+        for plot in (self._speed_plot, self._accept_plot, self._position_plot):
             QCoreApplication.sendPostedEvents(plot.scene(), QEvent.Type.MetaCall)
         QCoreApplication.sendPostedEvents(self.window(), QEvent.Type.UpdateRequest)
 

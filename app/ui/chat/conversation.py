@@ -10,9 +10,8 @@ never per token.
 from __future__ import annotations
 
 import html
-from typing import Any, Sequence
-
 import time
+from typing import Any, Sequence
 
 from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFrame, QTextFrameFormat
