@@ -71,11 +71,6 @@ def load_main(args: argparse.Namespace) -> LoadedModel:
     return load_spec_main(spec, info=check_spec(spec).main)
 
 
-def plan_line(model: LoadedModel) -> str:
-    """`plan: llama.cpp on CPU, Q4_K_M, 2 threads (...)` for bench's header."""
-    return f"plan: {model.plan.describe()} ({model.plan_reason})"
-
-
 def prompt_of(args: argparse.Namespace):
     """-p or -f's text, in the model's chat template with --chat (-sys its system prompt)."""
     from app.engine.session import Prompt
