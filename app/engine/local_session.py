@@ -17,7 +17,7 @@ from typing import Iterator
 
 from app.engine.errors import Cancel, PromptError
 from app.engine.events import GenerationEvent
-from app.engine.loop.chat import ChatSession, format_stops, plain_text, render_prompt
+from app.engine.loop.chat import fitted_prompt_ids, format_stops, plain_text, render_prompt
 from app.engine.loop.speculative import DecodeSettings, generate
 from app.engine.pair_loader import LoadedPair, PairSpec, load_draft_for, load_pair, part_progress
 from app.engine.seam import Drafter, KVModelLike
@@ -137,9 +137,7 @@ class LocalSession:
         messages = list(prompt.messages)
         stops = format_stops(self.tokenizer, prompt.plain)
         if prompt.fit:  # the oldest turns left out where the chat would not fit
-            system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
-            turns = messages[1:] if system is not None else messages
-            return ChatSession(self.kv, self.tokenizer, system, turns, plain=prompt.plain).prompt_ids(), stops
+            return fitted_prompt_ids(self.tokenizer, self.kv.n_ctx, messages, prompt.plain), stops
         if prompt.plain:
             return self.tokenizer.encode(plain_text(messages)), stops
         return render_prompt(self.tokenizer, messages), stops

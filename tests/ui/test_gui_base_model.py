@@ -7,7 +7,9 @@ Real tiny GGUF models through the real loader; offscreen Qt. SPECULA_SHOTS saves
 
 from __future__ import annotations
 
-from app.engine.loop.chat import ChatSession, plain_text, render_prompt
+from app.engine.local_session import LocalSession
+from app.engine.loop.chat import plain_text, render_prompt
+from app.engine.session import Prompt
 from app.ui.models.pair_picker import BASE_MODEL_NOTE
 from app.worker.requests import GenSettings
 from tests.gui_support import add_models, load_pair, open_window, send, shot  # noqa: F401
@@ -21,12 +23,12 @@ def test_plain_text_is_the_conversation_without_roles(tiny_loaded):
                 {"role": "assistant", "content": " there was a fox."}, {"role": "user", "content": "The end"}]
     assert plain_text(messages) == "A story.\nOnce upon a time there was a fox.\nThe end"
     model = tiny_loaded("llama-notemplate")
-    plain = ChatSession(model.kv_model(None), model.tokenizer, plain=True)
-    plain.messages.append({"role": "user", "content": TEXT})
-    assert plain.prompt_ids() == model.tokenizer.encode(TEXT)
-    dialogue = ChatSession(model.kv_model(None), model.tokenizer, messages=list(plain.messages))
-    assert dialogue.prompt_ids() == render_prompt(model.tokenizer, plain.messages)  # "User: ...\nAssistant:"
-    assert len(dialogue.prompt_ids()) > len(plain.prompt_ids())
+    session, chat = LocalSession.around(model), [{"role": "user", "content": TEXT}]
+    plain, _ = session.prompt_ids(Prompt.chat(chat, plain=True, fit=True))
+    assert plain == model.tokenizer.encode(TEXT)
+    dialogue, stops = session.prompt_ids(Prompt.chat(chat, fit=True))
+    assert dialogue == render_prompt(model.tokenizer, chat) and stops  # "User: ...\nAssistant:"
+    assert len(dialogue) > len(plain)
 
 
 def test_a_base_model_is_named_so_and_chats_in_plain_completion(qtbot, data_dir, tiny_paths):

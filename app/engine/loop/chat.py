@@ -1,8 +1,8 @@
-"""Conversations -> prompt tokens with the model's own chat template, and multi-turn sessions.
+"""Conversations -> prompt tokens with the model's own chat template, or as plain text to continue.
 
-The main model's KV cache is kept between turns; generate() syncs it to each new prompt by
-longest common prefix, so only the new turn is evaluated. When a conversation outgrows the
-context, the oldest turns (never the system prompt) are left out of the prompt.
+When a conversation outgrows the context, the oldest turns (never the system prompt) are left out
+of the prompt (fitted_prompt_ids); the reply engine (app.engine.local_session) keeps the main
+model's KV cache between turns, so only the new turn is evaluated.
 """
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ from __future__ import annotations
 import logging
 import re
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Sequence
 
 import jinja2
 
-from app.engine.errors import Cancel, ChatTemplateError, ContextFullError
+from app.engine.errors import ChatTemplateError, ContextFullError
 from app.engine.loop.template_guard import install as install_template_guard
-from app.engine.events import DoneEvent, GenerationEvent
-from app.engine.seam import Drafter, KVModelLike as KVModel
-from app.engine.loop.speculative import DecodeSettings, generate
 
 log = logging.getLogger(__name__)
 
@@ -195,52 +191,26 @@ def _starts_with_bos(tokenizer, text: str) -> bool:
     return bool(bos) and text.startswith(bos)
 
 
-@dataclass
-class ChatSession:
-    """A conversation with one main model; reply() streams the assistant's answer."""
+MIN_REPLY_TOKENS = 64  # room kept free for the answer when old turns are left out
 
-    main: KVModel
-    tokenizer: object
-    system_prompt: str | None = None
-    messages: list[dict[str, str]] = field(default_factory=list)
-    min_reply_tokens: int = 64  # room kept free for the answer when trimming old turns
-    plain: bool = False  # plain completion: the model continues the text (plain_text), no roles
 
-    def prompt_ids(self) -> list[int]:
-        """The prompt for the next reply, leaving out the oldest turns if it would not fit."""
-        turns = list(self.messages)
-        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        while True:
-            ids = (self.tokenizer.encode(plain_text(head + turns)) if self.plain
-                   else render_prompt(self.tokenizer, head + turns))
-            if len(ids) + self.min_reply_tokens <= self.main.n_ctx:
-                if len(turns) < len(self.messages):
-                    log.info("context full: left out %d old messages", len(self.messages) - len(turns))
-                return ids
-            if len(turns) <= 1:
-                raise ContextFullError(
-                    f"the prompt needs {len(ids)} tokens plus {self.min_reply_tokens} for the reply, "
-                    f"but the context holds {self.main.n_ctx}; shorten it or raise -c"
-                )
-            turns = turns[2:] if len(turns) > 2 else turns[1:]
-
-    def reply(
-        self,
-        user_text: str,
-        drafter: Drafter | None = None,
-        settings: DecodeSettings = DecodeSettings(),
-        cancel: Cancel | None = None,
-    ) -> Iterator[GenerationEvent]:
-        """Add the user's message, stream the reply, and keep it (also a partial one)."""
-        self.messages.append({"role": "user", "content": user_text})
-        stops = tuple(settings.stop_strings) + format_stops(self.tokenizer, self.plain)
-        settings = DecodeSettings(**{**settings.__dict__, "stop_strings": stops})
-        try:
-            prompt = self.prompt_ids()
-        except ContextFullError:
-            self.messages.pop()  # keep the session usable: the message was never answered
-            raise
-        for event in generate(self.main, self.tokenizer, prompt, drafter, settings, cancel):
-            if isinstance(event, DoneEvent):
-                self.messages.append({"role": "assistant", "content": event.summary.text})
-            yield event
+def fitted_prompt_ids(tokenizer, n_ctx: int, messages: Sequence[dict[str, str]], plain: bool = False) -> list[int]:
+    """The prompt of a chat that fits `n_ctx` with room for the reply: the oldest turns are left
+    out where it would not (a system message first is always kept); ContextFullError where even
+    the last turn does not fit."""
+    head = list(messages[:1]) if messages and messages[0]["role"] == "system" else []
+    every_turn = list(messages[len(head):])
+    head = [m for m in head if m["content"]]
+    turns = every_turn
+    while True:
+        ids = tokenizer.encode(plain_text(head + turns)) if plain else render_prompt(tokenizer, head + turns)
+        if len(ids) + MIN_REPLY_TOKENS <= n_ctx:
+            if len(turns) < len(every_turn):
+                log.info("context full: left out %d old messages", len(every_turn) - len(turns))
+            return ids
+        if len(turns) <= 1:
+            raise ContextFullError(
+                f"the prompt needs {len(ids)} tokens plus {MIN_REPLY_TOKENS} for the reply, "
+                f"but the context holds {n_ctx}; shorten it or raise -c"
+            )
+        turns = turns[2:] if len(turns) > 2 else turns[1:]
