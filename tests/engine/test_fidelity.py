@@ -17,6 +17,7 @@ from app.engine.loader import load_model
 from app.engine.drafting.factory import make_drafter
 from app.engine.loop.sampling import SamplingParams
 from app.engine.loop.speculative import DecodeSettings, generate
+from tests.llama_support import pin_step_curve
 
 pytestmark = pytest.mark.demo
 
@@ -27,7 +28,12 @@ SETTINGS = DecodeSettings(max_new_tokens=64, sampling=SamplingParams(temperature
 
 @pytest.fixture(scope="module")
 def demos(demo_path):
-    return {key: load_model(demo_path(key)) for key in ("gemma3-270m", "smollm2-135m")}
+    """Both demo models, their drafts priced on a pinned curve (whether drafting pays on this
+    machine now is the bench's question, not these tests')."""
+    models = {key: load_model(demo_path(key)) for key in ("gemma3-270m", "smollm2-135m")}
+    for model in models.values():
+        pin_step_curve(model)
+    return models
 
 
 def reply(main, drafter, ids):

@@ -92,8 +92,10 @@ def _smollm2_chat_replies(demo_path, kinds: list[str]) -> list:
     from app.engine.loader import load_model
     from app.engine.events import DoneEvent
     from app.engine.loop.speculative import DecodeSettings, generate
+    from tests.llama_support import pin_step_curve
 
     main = load_model(demo_path("smollm2-135m"), backend="llama.cpp")
+    pin_step_curve(main)
     ids = prompt_ids(main, PROMPTS["chat"])
     settings = DecodeSettings(max_new_tokens=64, sampling=GREEDY)
 
