@@ -42,6 +42,16 @@ def test_bench_via_prints_one_paired_row_per_drafter_for_every_way(tiny_paths):
     assert sum("serve / llama-server, paired median" in line for line in lines) == 2
 
 
+def test_a_reply_that_left_clis_says_where():
+    """A † cell's reply is another text: the bench says where it left cli's (llama-server's
+    drafted Qwen2.5-Coder reply left plain decoding's at a near-tie, its own plain reply did not)."""
+    from app.cli.bench.where import where_apart
+
+    assert (where_apart("physical activity can help improve", "physical activity helps to maintain")
+            == "at character 18: 'al activity helps to mai', cli 'al activity can help imp'")
+    assert where_apart("abc", "abcdef") == "at character 3: 'abcdef', cli 'abc'"  # a longer reply
+
+
 def test_bench_via_names_an_unknown_way(tiny_paths, capsys):
     from app.cli import main
 

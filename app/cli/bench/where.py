@@ -277,6 +277,7 @@ class Cell:
     rates: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)  # to cli in the same round
     other_text: int = 0  # rounds whose reply was not cli's (another prompt or a near-tie)
+    first_other: str | None = None  # where the first such reply left cli's, in words
 
 
 def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cell]:
@@ -296,8 +297,17 @@ def run_rounds(ways: list[Way], text: str, n: int, rounds: int) -> dict[str, Cel
             cells[name].rates.append(rate)
             if cli_rate > 0:
                 cells[name].ratios.append(rate / cli_rate)
-            cells[name].other_text += int(cli_text is not None and reply_text != cli_text)
+            if cli_text is not None and reply_text != cli_text:
+                cells[name].other_text += 1
+                cells[name].first_other = cells[name].first_other or where_apart(cli_text, reply_text)
     return cells
+
+
+def where_apart(cli_text: str, text: str) -> str:
+    """Where `text` leaves cli's reply: the character and a few on each side of both."""
+    at = next((i for i, (a, b) in enumerate(zip(cli_text, text)) if a != b), min(len(cli_text), len(text)))
+    start = max(0, at - 12)
+    return f"at character {at}: {text[start:at + 12]!r}, cli {cli_text[start:at + 12]!r}"
 
 
 def cmd_bench_where(args: Any) -> int:
@@ -338,6 +348,9 @@ def cmd_bench_where(args: Any) -> int:
             other = f" †{cell.other_text}" if cell.other_text else ""  # rounds with another reply than cli's
             shown.append(f"{rate:.1f}{ratio}{other}")
         print(f"| {kind} | " + " | ".join(shown) + " |", flush=True)
+        for name in names:
+            if name in cells and cells[name].first_other:
+                print(f"#   {kind}: {name}'s reply left cli's in {cells[name].other_text} rounds, first {cells[name].first_other}")
         gui = next((way.gui_shares for way in ways if way.gui_shares), None)
         if gui:
             print(f"#   {kind}: the window's GUI thread was busy {100 * statistics.median(gui):.0f}% of a reply's wall time")
