@@ -128,5 +128,7 @@ def test_the_default_drafter_learns_where_a_reply_ended_and_drafts_no_copy_it_ca
     plain, first, again = _smollm2_chat_replies(demo_path, [DEFAULT_DRAFTER])
     assert plain.stop_reason is StopReason.EOS
     assert first.tokens == plain.tokens == again.tokens
-    assert first.n_drafted - first.n_accepted <= 1, first.drafted_by_position
+    # No guess on hope: what the first request drafts is one-token probes at most (how many
+    # depends on the steps' times: probes take a share of the time).
+    assert len(first.drafted_by_position) <= 1, first.drafted_by_position
     assert again.n_accepted == again.n_drafted >= 0.8 * (again.n_predicted - 1), again.drafted_by_position
