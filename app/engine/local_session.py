@@ -17,7 +17,7 @@ from typing import Iterator
 
 from app.engine.errors import Cancel, PromptError
 from app.engine.events import GenerationEvent
-from app.engine.loop.chat import fitted_prompt_ids, format_stops, plain_text, render_prompt
+from app.engine.loop.chat import chat_prompt_ids, fitted_prompt_ids, format_stops
 from app.engine.loop.speculative import DecodeSettings, generate
 from app.engine.pair_loader import LoadedPair, PairSpec, load_draft_for, load_pair, part_progress
 from app.engine.seam import Drafter, KVModelLike
@@ -138,9 +138,7 @@ class LocalSession:
         stops = format_stops(self.tokenizer, prompt.plain)
         if prompt.fit:  # the oldest turns left out where the chat would not fit
             return fitted_prompt_ids(self.tokenizer, self.kv.n_ctx, messages, prompt.plain), stops
-        if prompt.plain:
-            return self.tokenizer.encode(plain_text(messages)), stops
-        return render_prompt(self.tokenizer, messages), stops
+        return chat_prompt_ids(self.tokenizer, messages, prompt.plain), stops
 
     def _drop_caches_out_of_step(self, drafter: Drafter) -> None:
         """A forward that failed half-way may leave a cache out of step with its ids: only then

@@ -194,16 +194,21 @@ def _starts_with_bos(tokenizer, text: str) -> bool:
 MIN_REPLY_TOKENS = 64  # room kept free for the answer when old turns are left out
 
 
+def chat_prompt_ids(tokenizer, messages: list[dict[str, str]], plain: bool = False) -> list[int]:
+    """A chat's prompt: its text to continue where `plain` (a base model), else the template's."""
+    return tokenizer.encode(plain_text(messages)) if plain else render_prompt(tokenizer, messages)
+
+
 def fitted_prompt_ids(tokenizer, n_ctx: int, messages: Sequence[dict[str, str]], plain: bool = False) -> list[int]:
     """The prompt of a chat that fits `n_ctx` with room for the reply: the oldest turns are left
     out where it would not (a system message first is always kept); ContextFullError where even
     the last turn does not fit."""
-    head = list(messages[:1]) if messages and messages[0]["role"] == "system" else []
-    every_turn = list(messages[len(head):])
-    head = [m for m in head if m["content"]]
+    system = messages[0] if messages and messages[0]["role"] == "system" else None
+    head = [system] if system and system["content"] else []  # an empty one is left out
+    every_turn = list(messages[1:] if system else messages)
     turns = every_turn
     while True:
-        ids = tokenizer.encode(plain_text(head + turns)) if plain else render_prompt(tokenizer, head + turns)
+        ids = chat_prompt_ids(tokenizer, head + turns, plain)
         if len(ids) + MIN_REPLY_TOKENS <= n_ctx:
             if len(turns) < len(every_turn):
                 log.info("context full: left out %d old messages", len(every_turn) - len(turns))
